@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/overworld-p2p/overworld/node"
+)
+
+func peerCommand() command {
+	const summary = "run a headless peer that joins the overlay and stays up"
+	return command{name: "peer", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+		fs := newFlagSet("peer", summary+`.
+
+Joins through the bootstrap nodes given with -bootstrap (retrying with
+backoff while none answers) and serves the DHT until stopped.`, out)
+		dataDir := fs.String("data-dir", defaultDataDir("peer"), "directory for the identity key")
+		bootstrapAddrs := fs.String("bootstrap", "", "comma-separated full multiaddrs (/ip4/…/tcp/…/p2p/<ID>) of bootstrap nodes")
+		port := fs.Int("listen-port", 0, "TCP and UDP (QUIC) port on every interface (0: any)")
+		listen := fs.String("listen", "", "comma-separated listen multiaddrs (overrides -listen-port)")
+		dhtClient := fs.Bool("dht-client", false, "DHT client mode, for peers others cannot dial (behind NAT)")
+		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9101 (empty: off)")
+		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		log, err := newLogger(os.Stderr, *level)
+		if err != nil {
+			return err
+		}
+		boot, err := node.ParseBootstrapAddrs(splitList(*bootstrapAddrs))
+		if err != nil {
+			return fmt.Errorf("-bootstrap: %w", err)
+		}
+		if len(boot) == 0 {
+			return errors.New("-bootstrap: give at least one bootstrap node's multiaddr (see 'overworld bootstrap')")
+		}
+		if *listen == "" {
+			*listen = listenAddrsForPort("0.0.0.0", *port)
+		}
+		addrs, err := parseMultiaddrs(*listen)
+		if err != nil {
+			return fmt.Errorf("-listen: %w", err)
+		}
+		mode := node.DHTServer
+		if *dhtClient {
+			mode = node.DHTClient
+		}
+		reg := newProcessRegistry()
+		ops, err := startOps(ctx, *metrics, reg, log)
+		if err != nil {
+			return err
+		}
+		n, err := node.New(ctx,
+			node.WithDataDir(*dataDir), node.WithListenAddrs(addrs...), node.WithBootstrapPeers(boot...),
+			node.WithDHTMode(mode), node.WithLogger(log), node.WithRegisterer(reg))
+		if err != nil {
+			return err
+		}
+		defer n.Close()
+		fmt.Fprintf(out, "peer %s started; joining through %d bootstrap node(s)\n", n.ID(), len(boot))
+		start := time.Now()
+		if err := n.WaitJoined(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before joining
+			}
+			return err
+		}
+		fmt.Fprintf(out, "peer %s joined the overlay in %s\n", n.ID(), time.Since(start).Round(time.Millisecond))
+		ops.setReady(true)
+		<-ctx.Done()
+		return nil
+	}}
+}
