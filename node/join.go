@@ -60,6 +60,7 @@ func (n *Node) joinLoop(ctx context.Context) {
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
 	isolated := true
+	var settle []time.Time // pending follow-up refreshes after a join
 	for {
 		if n.dht.RoutingTable().Size() > 0 {
 			n.joinOnce.Do(func() {
@@ -96,6 +97,15 @@ func (n *Node) joinLoop(ctx context.Context) {
 				return
 			case <-refreshed:
 			}
+			settle = settleSchedule(time.Now())
+		}
+		if len(settle) > 0 && time.Now().After(settle[0]) {
+			// Peers that joined just before or after us only learn of us
+			// when someone looks us up; a few early refreshes make the
+			// tables of a young overlay agree within seconds instead of at
+			// the next periodic refresh. The result channel is buffered.
+			n.dht.ForceRefresh()
+			settle = settle[1:]
 		}
 		select {
 		case <-ctx.Done():
@@ -134,6 +144,16 @@ func (n *Node) dialBootstrap(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// settleSchedule is when to refresh the routing table again after a join.
+func settleSchedule(joined time.Time) []time.Time {
+	offsets := []time.Duration{time.Second, 3 * time.Second, 10 * time.Second, 30 * time.Second}
+	out := make([]time.Time, len(offsets))
+	for i, o := range offsets {
+		out[i] = joined.Add(o)
+	}
+	return out
 }
 
 var errSelfBootstrap = errors.New("bootstrap peer is this node itself")

@@ -1,0 +1,60 @@
+// Package crimp implements CRIMP, the Clocked Reliable Interactive Multicast
+// Protocol of Cronin, Filstrup and Kurc (2001, ch. 4.4): low-latency,
+// reliable, unordered many-to-many multicast between the mirrors of a game.
+// Mirror mode uses it to carry player commands between mirrors; the
+// trailing state synchronizer above it does the ordering.
+//
+// # Protocol
+//
+// Every data packet is named by (sender ID, sequence number) and carries the
+// sender's timestamp. A receiver declares a sequence number lost once N
+// later packets of the same sender arrived (N-out-of-order) or a session
+// packet shows the sender went past it. Recovery follows SRM with the
+// paper's changes: a request (NAK) is multicast after a random wait in
+// [C1·d, (C1+C2)·d] (d: one-way delay to the source), or at once with
+// probability 1/n; hearing another member's request suppresses one's own.
+// Any holder of the packet schedules a repair in [D1·d, (D1+D2)·d], cancelled
+// if another repair is heard; the original sender repairs at once. After a
+// repair, requests for that packet are ignored for E·d. A request without a
+// repair within F·d restarts recovery. Packets and first recovery attempts
+// live in a history of intervals moved on by each tick (the paper's tic());
+// when an interval falls off the end its packets are forgotten and its
+// recoveries cancelled, and nothing older than the history is delivered.
+// Optionally each data packet also carries the previous k payloads (FEC), so
+// a single loss needs no round trip at all.
+//
+// Ages are measured against the sender's timestamp, so members' clocks must
+// be synchronized (NTP on the mirrors' private network), as TSS requires
+// anyway: perceived latency is receive time minus send time, and a packet
+// older than the history is never delivered.
+//
+// Session packets, sent periodically, estimate the one-way delay to every
+// member without synchronized clocks (timestamp echo with hold time, as in
+// SRM), keep the member alive at the authority, and reveal lost tails.
+//
+// Membership goes through the authority (the paper's überserver): a new
+// member multicasts request-join, retried with exponential backoff; the
+// authority answers establishment (with the new ID and the address of its
+// state-transfer server) or denial; everyone who hears the establishment
+// adds the member. The authority drops a member silent for 3/4 of the
+// history. FetchState and ServeState carry the game state over TCP.
+//
+// # Shape of the code
+//
+// Node is the protocol as a pure state machine (as etcd's raft): Step (a
+// received datagram), Send (an application payload), Join and Tick (time
+// passing) take the current time and return a Ready — packets to multicast,
+// payloads to deliver, membership events, and when to tick next. Timer draws
+// come from an injected *rand.Rand; Config.Deterministic removes them.
+//
+// Member is the thin driver that runs a Node over a Transport with a Clock.
+// Two transports share the interface: UDPTransport (IP multicast through
+// golang.org/x/net/ipv4) and MemNetwork's endpoints (in memory, with
+// per-site and per-link delay and loss from a seed, Disconnect/Partition).
+// Two clocks: WallClock and SimClock, a discrete-event clock on which whole
+// runs take simulated time (package crimpbench reproduces the paper's table
+// 4.1 that way).
+//
+// Metrics counts deliveries, perceived latency, losses, requests, repairs
+// and their duplicates, as plain atomics and as a Prometheus collector.
+package crimp

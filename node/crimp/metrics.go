@@ -1,0 +1,152 @@
+package crimp
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics counts what one member did. The node updates it from its single
+// owner goroutine; readers (a Prometheus scrape, a bench) may read at any
+// time, hence the atomics.
+type Metrics struct {
+	DataSent        atomic.Uint64 // data packets originated
+	Delivered       atomic.Uint64 // payloads handed to the application (each key once)
+	DeliveredFEC    atomic.Uint64 // ... of which recovered from FEC
+	DeliveredRepair atomic.Uint64 // ... of which recovered from a repair
+	Duplicates      atomic.Uint64 // copies of already resolved packets received (data, FEC or repair)
+	Late            atomic.Uint64 // packets that arrived after their history ended (not delivered)
+	Losses          atomic.Uint64 // losses given up when their history interval expired
+	Abandoned       atomic.Uint64 // outstanding losses cancelled because their sender was dropped or skipped
+
+	LossesDetected      atomic.Uint64 // sequence numbers declared lost (N-out-of-order or session)
+	RequestsSent        atomic.Uint64 // recovery requests (NAKs) sent
+	RequestsImmediate   atomic.Uint64 // ... of which sent at once (probability 1/n)
+	RequestsSuppressed  atomic.Uint64 // own requests not sent because another member's was heard
+	RequestRetries      atomic.Uint64 // recoveries restarted after F·d without a repair
+	RequestsHeard       atomic.Uint64 // requests received from other members
+	RequestsHeardDup    atomic.Uint64 // requests heard for a key this member had already requested or heard requested
+	RequestsIgnored     atomic.Uint64 // requests ignored within E·d of a repair
+	RepairsSent         atomic.Uint64 // repairs sent
+	RepairsSuppressed   atomic.Uint64 // scheduled repairs cancelled by another member's repair
+	RepairsHeardDup     atomic.Uint64 // repairs received for packets this member already had
+	SessionsSent        atomic.Uint64
+	BadPackets          atomic.Uint64 // undecodable or invalid packets
+	MembersJoined       atomic.Uint64 // members admitted (authority) or learned
+	MembersDropped      atomic.Uint64 // members dropped (declared by the authority)
+	latencySumNanos     atomic.Int64
+	latencyCount        atomic.Uint64
+	latencyBucketCounts [len(latencyBuckets)]atomic.Uint64
+}
+
+// latencyBuckets are the upper bounds of the perceived-latency histogram.
+var latencyBuckets = [...]time.Duration{
+	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	20 * time.Millisecond, 30 * time.Millisecond, 50 * time.Millisecond, 75 * time.Millisecond,
+	100 * time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond,
+	500 * time.Millisecond, time.Second,
+}
+
+func (m *Metrics) observeLatency(d time.Duration) {
+	m.latencySumNanos.Add(int64(d))
+	m.latencyCount.Add(1)
+	for i, b := range latencyBuckets {
+		if d <= b {
+			m.latencyBucketCounts[i].Add(1)
+			return
+		}
+	}
+}
+
+// MeanLatency is the mean perceived latency (receive time minus the
+// sender's timestamp) over every delivery so far.
+func (m *Metrics) MeanLatency() time.Duration {
+	n := m.latencyCount.Load()
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(m.latencySumNanos.Load() / int64(n))
+}
+
+// Counters returns a snapshot of every counter by name, for benches and logs.
+func (m *Metrics) Counters() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, c := range m.counters() {
+		out[c.name] = c.v.Load()
+	}
+	return out
+}
+
+type namedCounter struct {
+	name, help string
+	v          *atomic.Uint64
+}
+
+func (m *Metrics) counters() []namedCounter {
+	return []namedCounter{
+		{"data_sent", "Data packets originated.", &m.DataSent},
+		{"delivered", "Payloads delivered to the application.", &m.Delivered},
+		{"delivered_fec", "Payloads delivered from forward error correction.", &m.DeliveredFEC},
+		{"delivered_repair", "Payloads delivered from a repair.", &m.DeliveredRepair},
+		{"duplicates", "Copies of already resolved packets received.", &m.Duplicates},
+		{"late", "Packets that arrived after their history ended.", &m.Late},
+		{"losses", "Losses given up when their history expired.", &m.Losses},
+		{"abandoned", "Outstanding losses cancelled with their sender.", &m.Abandoned},
+		{"losses_detected", "Sequence numbers declared lost.", &m.LossesDetected},
+		{"requests_sent", "Recovery requests sent.", &m.RequestsSent},
+		{"requests_immediate", "Recovery requests sent at once (probability 1/n).", &m.RequestsImmediate},
+		{"requests_suppressed", "Own requests suppressed by another member's request.", &m.RequestsSuppressed},
+		{"request_retries", "Recoveries restarted after the retransmission timeout.", &m.RequestRetries},
+		{"requests_heard", "Recovery requests received from other members.", &m.RequestsHeard},
+		{"requests_heard_duplicate", "Requests heard for a key already requested.", &m.RequestsHeardDup},
+		{"requests_ignored", "Requests ignored shortly after a repair.", &m.RequestsIgnored},
+		{"repairs_sent", "Repairs sent.", &m.RepairsSent},
+		{"repairs_suppressed", "Scheduled repairs cancelled by another member's repair.", &m.RepairsSuppressed},
+		{"repairs_heard_duplicate", "Repairs received for packets already held.", &m.RepairsHeardDup},
+		{"sessions_sent", "Session packets sent.", &m.SessionsSent},
+		{"bad_packets", "Undecodable or invalid packets received.", &m.BadPackets},
+		{"members_joined", "Members admitted or learned.", &m.MembersJoined},
+		{"members_dropped", "Members dropped.", &m.MembersDropped},
+	}
+}
+
+// Collector exposes m to Prometheus as crimp_<name>_total counters and the
+// crimp_perceived_latency_seconds histogram, with the given constant labels
+// (e.g. the member ID). The caller registers it.
+func (m *Metrics) Collector(constLabels prometheus.Labels) prometheus.Collector {
+	c := &collector{m: m}
+	for _, nc := range m.counters() {
+		c.descs = append(c.descs, prometheus.NewDesc("crimp_"+nc.name+"_total", nc.help, nil, constLabels))
+	}
+	c.latency = prometheus.NewDesc("crimp_perceived_latency_seconds",
+		"Receive time minus the sender's timestamp of delivered packets.", nil, constLabels)
+	return c
+}
+
+type collector struct {
+	m       *Metrics
+	descs   []*prometheus.Desc
+	latency *prometheus.Desc
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+	ch <- c.latency
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	for i, nc := range c.m.counters() {
+		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(nc.v.Load()))
+	}
+	buckets := make(map[float64]uint64, len(latencyBuckets))
+	var cum uint64
+	for i, b := range latencyBuckets {
+		cum += c.m.latencyBucketCounts[i].Load()
+		buckets[b.Seconds()] = cum
+	}
+	ch <- prometheus.MustNewConstHistogram(c.latency, c.m.latencyCount.Load(),
+		time.Duration(c.m.latencySumNanos.Load()).Seconds(), buckets)
+}

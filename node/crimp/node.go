@@ -1,0 +1,1030 @@
+package crimp
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Key names one data packet of the group: its original sender and sequence.
+type Key struct {
+	Source MemberID
+	Seq    uint32
+}
+
+// Via says how a delivered payload reached this member.
+type Via uint8
+
+// Ways a payload arrives.
+const (
+	ViaOriginal Via = iota + 1
+	ViaFEC
+	ViaRepair
+)
+
+func (v Via) String() string {
+	switch v {
+	case ViaOriginal:
+		return "original"
+	case ViaFEC:
+		return "fec"
+	case ViaRepair:
+		return "repair"
+	}
+	return "invalid"
+}
+
+// Delivery is one payload handed to the application, at most once per Key.
+// Deliveries are unordered: the synchronizer above orders them.
+type Delivery struct {
+	Key
+	SentAt     time.Time // the original sender's timestamp
+	ReceivedAt time.Time // when this member got it; minus SentAt = perceived latency
+	Payload    []byte
+	Via        Via
+}
+
+// EventKind is the type of a membership event.
+type EventKind uint8
+
+// Membership events.
+const (
+	// EventJoined: the authority established this member (Member is the new
+	// ID, StateAddr where to fetch the game state).
+	EventJoined EventKind = iota + 1
+	// EventDenied: the authority refused this member (Reason).
+	EventDenied
+	// EventMemberJoined: another member was established.
+	EventMemberJoined
+	// EventMemberDropped: the authority dropped another member.
+	EventMemberDropped
+	// EventDropped: the authority dropped this member; it must join again.
+	EventDropped
+)
+
+func (k EventKind) String() string {
+	return [...]string{"invalid", "joined", "denied", "member-joined", "member-dropped", "dropped"}[min(int(k), 5)]
+}
+
+// Event reports a membership change.
+type Event struct {
+	Kind      EventKind
+	Member    MemberID
+	StateAddr string
+	Reason    DenyReason
+}
+
+// Ready is what one call into the Node produced: packets to multicast (in
+// order), payloads to deliver, membership events, and the time by which Tick
+// must be called next.
+type Ready struct {
+	Packets    [][]byte
+	Deliveries []Delivery
+	Events     []Event
+	NextTick   time.Time
+}
+
+// ErrNotMember is returned by Send before the member is established.
+var ErrNotMember = errors.New("crimp: not an established member")
+
+// Node is the CRIMP protocol state machine of one member. It has no socket,
+// clock or goroutine: the caller feeds it received packets (Step), the
+// application's payloads (Send) and the passage of time (Tick), each with
+// the current time, and carries out the Ready each call returns. A Node is
+// not safe for concurrent use.
+type Node struct {
+	cfg     Config
+	rng     *rand.Rand
+	metrics *Metrics
+
+	id        MemberID
+	nextSeq   uint32      // next sequence number this member sends
+	ownOldest uint32      // oldest of its own packets still in the cache
+	fecRing   []Redundant // the last cfg.FEC payloads sent, newest first
+
+	cache      map[Key]*stored
+	sources    map[MemberID]*source
+	tombstones map[MemberID]time.Time // dropped members and when; packets from them are ignored
+
+	timers         timerHeap
+	timerSeq       uint64
+	requestsInSlot int
+
+	// The history: ring[i % len] holds what entered during interval i.
+	ring     []interval
+	epoch    time.Time
+	curSlot  int64
+	inited   bool
+	now      time.Time
+	nextSess time.Time
+
+	joining  bool
+	nonce    uint64
+	joinRTO  time.Duration
+	joinNext time.Time
+
+	nextID   MemberID // authority: next ID to assign
+	dropSent map[MemberID]time.Time
+
+	out Ready
+}
+
+// stored is a packet kept for repairs.
+type stored struct {
+	sentAt        int64
+	payload       []byte
+	slot          int64
+	repairPending bool
+	repairGen     uint32
+	ignoreUntil   time.Time
+}
+
+// interval is one slot of the history.
+type interval struct {
+	stored     []Key
+	recoveries []Key
+}
+
+// source is what a member knows about another member as a sender.
+type source struct {
+	id        MemberID
+	addr      netip.AddrPort
+	lastHeard time.Time
+	nonce     uint64 // authority: the nonce it joined with
+
+	delay       time.Duration // one-way delay estimate
+	measured    bool
+	echoTime    int64     // the time stamp of its last session packet (its clock)
+	echoHeardAt time.Time // when we heard that session (our clock)
+
+	started  bool   // floor/highest are meaningful
+	settled  bool   // floor came from the member's own account (establishment, session)
+	first    uint32 // the first sequence number tracked
+	floor    uint32
+	highest  uint32
+	resolved map[uint32]struct{} // resolved sequence numbers >= floor
+	pending  map[uint32]*recovery
+}
+
+type recState uint8
+
+const (
+	recSuspect     recState = iota + 1 // missing, not yet N packets past it
+	recWaitRequest                     // lost; request timer running
+	recWaitRepair                      // request sent or heard; RTO running
+)
+
+type recovery struct {
+	state    recState
+	evidence int
+	gen      uint32
+	slot     int64
+}
+
+// New returns a Node for cfg (zero fields take DefaultConfig's values).
+// rng drives the request and repair timer draws and the join nonce; pass a
+// seeded one to replay a run.
+func New(cfg Config, rng *rand.Rand) (*Node, error) {
+	if rng == nil {
+		return nil, errors.New("crimp: New needs a *rand.Rand")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("crimp config: %w", err)
+	}
+	n := &Node{
+		cfg:        cfg,
+		rng:        rng,
+		metrics:    &Metrics{},
+		id:         cfg.ID,
+		nextSeq:    1,
+		ownOldest:  1,
+		cache:      map[Key]*stored{},
+		sources:    map[MemberID]*source{},
+		tombstones: map[MemberID]time.Time{},
+		dropSent:   map[MemberID]time.Time{},
+		ring:       make([]interval, int(cfg.History/cfg.TickInterval)+1),
+		joinRTO:    cfg.JoinTimeout,
+		nextID:     cfg.ID + 1,
+	}
+	for _, p := range cfg.Peers {
+		s := n.addSource(p)
+		s.started, s.settled, s.floor = true, true, 1
+		n.nextID = max(n.nextID, p+1)
+	}
+	return n, nil
+}
+
+// ID is this member's identifier (0 until established).
+func (n *Node) ID() MemberID { return n.id }
+
+// Metrics returns the member's counters.
+func (n *Node) Metrics() *Metrics { return n.metrics }
+
+// Config returns the configuration in effect (defaults filled in).
+func (n *Node) Config() Config { return n.cfg }
+
+// Members returns the IDs of the other members this one knows, ascending.
+func (n *Node) Members() []MemberID {
+	ids := make([]MemberID, 0, len(n.sources))
+	for id := range n.sources {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Delay returns the one-way delay estimate to member id and whether it was
+// measured (rather than the default).
+func (n *Node) Delay(id MemberID) (time.Duration, bool) {
+	s := n.sources[id]
+	if s == nil {
+		return n.cfg.DefaultDelay, false
+	}
+	return n.delayTo(s), s.measured
+}
+
+// Stats sizes the node's state; memory is bounded by these.
+type Stats struct {
+	Sources, Cached, Pending, Resolved, Timers, Tombstones int
+}
+
+// Stats reports how much state the node holds.
+func (n *Node) Stats() Stats {
+	st := Stats{Sources: len(n.sources), Cached: len(n.cache), Timers: len(n.timers), Tombstones: len(n.tombstones)}
+	for _, s := range n.sources {
+		st.Pending += len(s.pending)
+		st.Resolved += len(s.resolved)
+	}
+	return st
+}
+
+// Tick advances the node to now: it runs the timers that are due and moves
+// expired intervals out of the history (the paper's tic()).
+func (n *Node) Tick(now time.Time) Ready {
+	n.advance(now)
+	return n.ready()
+}
+
+// Send multicasts payload as this member's next data packet.
+func (n *Node) Send(now time.Time, payload []byte) (Ready, error) {
+	if n.id == 0 {
+		return Ready{}, ErrNotMember
+	}
+	if len(payload) > MaxPayload {
+		return Ready{}, fmt.Errorf("crimp send: payload of %d bytes over the %d limit", len(payload), MaxPayload)
+	}
+	n.advance(now)
+	seq := n.nextSeq
+	n.nextSeq++
+	pl := append([]byte(nil), payload...)
+	p := &Packet{Kind: KindData, Seq: seq, Payload: pl}
+	for _, red := range n.fecRing {
+		if dataSize(len(pl), append(p.FEC, red)) > MaxPacketSize {
+			break
+		}
+		p.FEC = append(p.FEC, red)
+	}
+	n.emit(p)
+	n.store(Key{n.id, seq}, n.now.UnixNano(), pl)
+	if n.cfg.FEC > 0 {
+		n.fecRing = slices.Insert(n.fecRing, 0, Redundant{Seq: seq, SentAt: n.now.UnixNano(), Payload: pl})
+		if len(n.fecRing) > n.cfg.FEC {
+			n.fecRing = n.fecRing[:n.cfg.FEC]
+		}
+	}
+	n.metrics.DataSent.Add(1)
+	return n.ready(), nil
+}
+
+// Join starts (or restarts) the join handshake: request-join on the group,
+// retried with exponential backoff until the authority answers.
+func (n *Node) Join(now time.Time) (Ready, error) {
+	if n.id != 0 {
+		return Ready{}, fmt.Errorf("crimp join: already member %d", n.id)
+	}
+	n.advance(now)
+	n.joining = true
+	n.nonce = n.rng.Uint64() | 1
+	n.joinRTO = n.cfg.JoinTimeout
+	n.sendJoin()
+	return n.ready(), nil
+}
+
+// Step processes one received datagram. Invalid packets are counted and
+// reported and change nothing.
+func (n *Node) Step(now time.Time, from netip.AddrPort, b []byte) (Ready, error) {
+	p, err := Decode(b)
+	if err != nil {
+		n.metrics.BadPackets.Add(1)
+		return Ready{}, fmt.Errorf("crimp packet from %v: %w", from, err)
+	}
+	n.advance(now)
+	n.handle(from, p)
+	return n.ready(), nil
+}
+
+func (n *Node) handle(from netip.AddrPort, p *Packet) {
+	if p.Sender == n.id && n.id != 0 {
+		return // our own packet looped back
+	}
+	switch p.Kind {
+	case KindRequestJoin:
+		n.onRequestJoin(p)
+		return
+	case KindEstablish:
+		n.onEstablish(p)
+		return
+	case KindDeny:
+		if n.joining && p.Nonce == n.nonce {
+			n.joining = false
+			n.out.Events = append(n.out.Events, Event{Kind: EventDenied, Reason: p.Reason})
+		}
+		return
+	}
+	if n.id == 0 {
+		return // not a member yet: the group's traffic is not ours
+	}
+	if _, dead := n.tombstones[p.Sender]; dead {
+		n.redrop(p.Sender)
+		return
+	}
+	src := n.sources[p.Sender]
+	if src == nil {
+		if n.cfg.Authority {
+			// The authority knows every member; an unknown one must join.
+			n.drop(p.Sender)
+			return
+		}
+		if src = n.learn(p.Sender); src == nil {
+			return
+		}
+	}
+	src.lastHeard = n.now
+	src.addr = from
+	switch p.Kind {
+	case KindData:
+		for i := len(p.FEC) - 1; i >= 0; i-- {
+			red := p.FEC[i]
+			n.receive(src, red.Seq, red.SentAt, red.Payload, ViaFEC)
+		}
+		n.receive(src, p.Seq, p.Time, p.Payload, ViaOriginal)
+		n.evidence(src, p.Seq)
+	case KindRequest:
+		n.onRequest(src, p)
+	case KindRepair:
+		n.onRepair(src, p)
+	case KindSession:
+		n.onSession(src, p)
+	case KindDrop:
+		n.onDrop(p.Member)
+	}
+}
+
+// advance moves the clock to now: expired intervals leave the history, then
+// due timers fire. Time never runs backwards.
+func (n *Node) advance(now time.Time) {
+	if !n.inited {
+		n.inited = true
+		n.epoch, n.now, n.nextSess = now, now, now
+	}
+	if now.After(n.now) {
+		n.now = now
+	}
+	target := int64(n.now.Sub(n.epoch) / n.cfg.TickInterval)
+	if target-n.curSlot > int64(len(n.ring)) {
+		// A long gap (suspended process): expire the whole history once.
+		n.curSlot = target - int64(len(n.ring))
+	}
+	for n.curSlot < target {
+		n.curSlot++
+		n.requestsInSlot = 0
+		n.expire()
+	}
+	for len(n.timers) > 0 && !n.timers[0].at.After(n.now) {
+		n.fire(heap.Pop(&n.timers).(timerEntry))
+	}
+	if !n.now.Before(n.nextSess) && n.id != 0 {
+		n.sendSession()
+	}
+	if n.joining && !n.now.Before(n.joinNext) {
+		n.sendJoin()
+	}
+}
+
+// expire empties the interval that has just fallen out of the history:
+// its packets leave the cache and its recoveries are cancelled.
+func (n *Node) expire() {
+	iv := &n.ring[n.curSlot%int64(len(n.ring))]
+	old := n.curSlot - int64(len(n.ring))
+	for _, k := range iv.stored {
+		if st := n.cache[k]; st != nil && st.slot == old {
+			delete(n.cache, k)
+			if k.Source == n.id && k.Seq >= n.ownOldest {
+				n.ownOldest = k.Seq + 1
+			}
+		}
+	}
+	for _, k := range iv.recoveries {
+		s := n.sources[k.Source]
+		if s == nil {
+			continue
+		}
+		if rec := s.pending[k.Seq]; rec != nil && rec.slot == old {
+			n.metrics.Losses.Add(1)
+			n.resolve(s, k.Seq)
+		}
+	}
+	iv.stored, iv.recoveries = iv.stored[:0], iv.recoveries[:0]
+	n.membership()
+}
+
+// membership runs once per interval: the authority drops members silent for
+// DropAfter; every member forgets members silent for twice the history.
+func (n *Node) membership() {
+	for _, id := range n.Members() {
+		s := n.sources[id]
+		silent := n.now.Sub(s.lastHeard)
+		switch {
+		case n.cfg.Authority && silent > n.cfg.DropAfter:
+			n.drop(id)
+		case !n.cfg.Authority && silent > 2*n.cfg.History:
+			n.removeSource(s)
+		}
+	}
+	for id, at := range n.tombstones {
+		if n.now.Sub(at) > 4*n.cfg.History {
+			delete(n.tombstones, id)
+			delete(n.dropSent, id)
+		}
+	}
+}
+
+func (n *Node) store(k Key, sentAt int64, payload []byte) *stored {
+	if st := n.cache[k]; st != nil {
+		return st
+	}
+	st := &stored{sentAt: sentAt, payload: payload, slot: n.curSlot}
+	n.cache[k] = st
+	iv := &n.ring[n.curSlot%int64(len(n.ring))]
+	iv.stored = append(iv.stored, k)
+	return st
+}
+
+func (n *Node) addSource(id MemberID) *source {
+	s := &source{id: id, lastHeard: n.now, resolved: map[uint32]struct{}{}, pending: map[uint32]*recovery{}}
+	n.sources[id] = s
+	n.metrics.MembersJoined.Add(1)
+	return s
+}
+
+// learn adds a member first heard from directly (not through the authority).
+func (n *Node) learn(id MemberID) *source {
+	if id == 0 || id == n.id {
+		return nil
+	}
+	if s := n.sources[id]; s != nil {
+		return s
+	}
+	if _, dead := n.tombstones[id]; dead {
+		return nil
+	}
+	if len(n.sources)+1 >= n.cfg.MaxGroup {
+		return nil
+	}
+	return n.addSource(id)
+}
+
+func (n *Node) removeSource(s *source) {
+	n.metrics.Abandoned.Add(uint64(len(s.pending)))
+	delete(n.sources, s.id)
+}
+
+func (n *Node) delayTo(s *source) time.Duration {
+	if s == nil || !s.measured {
+		return n.cfg.DefaultDelay
+	}
+	return max(s.delay, n.cfg.MinDelay)
+}
+
+func (n *Node) groupSize() int { return len(n.sources) + 1 }
+
+// draw returns a timer delay uniform in [lo·d, (lo+width)·d], or lo·d in
+// deterministic mode.
+func (n *Node) draw(lo, width float64, d time.Duration) time.Duration {
+	f := lo
+	if !n.cfg.Deterministic {
+		f += n.rng.Float64() * width
+	}
+	return time.Duration(f * float64(d))
+}
+
+func (s *source) isResolved(seq uint32) bool {
+	if !s.started || seq < s.floor {
+		return s.started
+	}
+	_, ok := s.resolved[seq]
+	return ok
+}
+
+// resolve marks seq as done (delivered, late or given up) and moves the
+// floor over every resolved sequence number.
+func (n *Node) resolve(s *source, seq uint32) {
+	delete(s.pending, seq)
+	if seq < s.floor {
+		return
+	}
+	s.resolved[seq] = struct{}{}
+	for {
+		if _, ok := s.resolved[s.floor]; !ok {
+			break
+		}
+		delete(s.resolved, s.floor)
+		s.floor++
+	}
+	if s.floor > s.highest+1 {
+		s.highest = s.floor - 1
+	}
+}
+
+// extend records that every sequence number up to last exists: the ones not
+// yet seen become suspects. The window from floor to last is bounded by
+// MaxWindow; sequence numbers pushed out of it are abandoned.
+func (n *Node) extend(s *source, last uint32) {
+	if last <= s.highest {
+		return
+	}
+	if last-s.floor >= uint32(n.cfg.MaxWindow) {
+		newFloor := last - uint32(n.cfg.MaxWindow) + 1
+		for seq := range s.pending {
+			if seq < newFloor {
+				delete(s.pending, seq)
+				n.metrics.Abandoned.Add(1)
+			}
+		}
+		for seq := range s.resolved {
+			if seq < newFloor {
+				delete(s.resolved, seq)
+			}
+		}
+		s.floor = newFloor
+		s.highest = max(s.highest, newFloor-1)
+	}
+	iv := &n.ring[n.curSlot%int64(len(n.ring))]
+	for seq := max(s.highest+1, s.floor); seq <= last && seq != 0; seq++ {
+		if _, ok := s.resolved[seq]; ok {
+			continue
+		}
+		if s.pending[seq] == nil {
+			s.pending[seq] = &recovery{state: recSuspect, slot: n.curSlot}
+			iv.recoveries = append(iv.recoveries, Key{s.id, seq})
+		}
+	}
+	s.highest = last
+}
+
+// evidence counts one packet with sequence seq (or a session announcing
+// it) against every suspect below it: N of them declare the suspect lost.
+func (n *Node) evidence(s *source, seq uint32) {
+	var lost []uint32
+	for q, rec := range s.pending {
+		if q < seq && rec.state == recSuspect {
+			rec.evidence++
+			if rec.evidence >= n.cfg.N {
+				lost = append(lost, q)
+			}
+		}
+	}
+	slices.Sort(lost) // timer draws in a reproducible order
+	for _, q := range lost {
+		n.metrics.LossesDetected.Add(1)
+		n.startRecovery(s, q, s.pending[q])
+	}
+}
+
+// receive handles one copy of data packet (s, seq): the first copy is stored
+// and delivered (if still inside the history), later ones are duplicates.
+func (n *Node) receive(s *source, seq uint32, sentAt int64, payload []byte, via Via) {
+	if !s.started {
+		s.started, s.first, s.floor, s.highest = true, seq, seq, seq-1
+	}
+	if s.isResolved(seq) {
+		n.metrics.Duplicates.Add(1)
+		if via == ViaRepair {
+			n.metrics.RepairsHeardDup.Add(1)
+		}
+		return
+	}
+	n.extend(s, seq-1)
+	if seq > s.highest {
+		s.highest = seq
+	}
+	n.store(Key{s.id, seq}, sentAt, payload)
+	n.resolve(s, seq)
+	age := n.now.Sub(time.Unix(0, sentAt))
+	if age > n.cfg.History {
+		n.metrics.Late.Add(1)
+		return
+	}
+	n.metrics.Delivered.Add(1)
+	switch via {
+	case ViaFEC:
+		n.metrics.DeliveredFEC.Add(1)
+	case ViaRepair:
+		n.metrics.DeliveredRepair.Add(1)
+	}
+	n.metrics.observeLatency(max(age, 0))
+	n.out.Deliveries = append(n.out.Deliveries, Delivery{
+		Key: Key{s.id, seq}, SentAt: time.Unix(0, sentAt), ReceivedAt: n.now, Payload: payload, Via: via,
+	})
+}
+
+// startRecovery begins (or restarts) recovery of a lost packet: a request
+// at once with probability 1/n, otherwise after a random wait in
+// [C1·d, (C1+C2)·d] during which another member's request suppresses ours.
+func (n *Node) startRecovery(s *source, seq uint32, rec *recovery) {
+	d := n.delayTo(s)
+	if !n.cfg.Deterministic && !n.cfg.NoImmediateRequest && n.rng.Float64() < 1/float64(n.groupSize()) {
+		n.metrics.RequestsImmediate.Add(1)
+		n.sendRequest(s, seq, rec)
+		return
+	}
+	rec.state = recWaitRequest
+	rec.gen++
+	n.schedule(n.now.Add(n.draw(n.cfg.C1, n.cfg.C2, d)), timerRequest, Key{s.id, seq}, rec.gen)
+}
+
+func (n *Node) sendRequest(s *source, seq uint32, rec *recovery) {
+	if n.requestsInSlot >= n.cfg.MaxRequestsPerTick {
+		// Over budget: try again in the next interval.
+		rec.state = recWaitRequest
+		rec.gen++
+		n.schedule(n.epoch.Add(time.Duration(n.curSlot+1)*n.cfg.TickInterval), timerRequest, Key{s.id, seq}, rec.gen)
+		return
+	}
+	n.requestsInSlot++
+	n.emit(&Packet{Kind: KindRequest, Source: s.id, Seq: seq})
+	n.metrics.RequestsSent.Add(1)
+	n.waitRepair(s, seq, rec)
+}
+
+// waitRepair arms the retransmission timeout F·d after a request was sent
+// or heard.
+func (n *Node) waitRepair(s *source, seq uint32, rec *recovery) {
+	rec.state = recWaitRepair
+	rec.gen++
+	n.schedule(n.now.Add(time.Duration(n.cfg.F*float64(n.delayTo(s)))), timerRTO, Key{s.id, seq}, rec.gen)
+}
+
+func (n *Node) onRequest(from *source, p *Packet) {
+	n.metrics.RequestsHeard.Add(1)
+	k := Key{p.Source, p.Seq}
+	if st := n.cache[k]; st != nil {
+		if n.now.Before(st.ignoreUntil) {
+			n.metrics.RequestsIgnored.Add(1)
+			return
+		}
+		if p.Source == n.id {
+			// The original sender repairs at once.
+			n.sendRepair(k, st, n.delayTo(from))
+			return
+		}
+		if st.repairPending {
+			n.metrics.RequestsHeardDup.Add(1)
+			return
+		}
+		st.repairPending = true
+		st.repairGen++
+		n.schedule(n.now.Add(n.draw(n.cfg.D1, n.cfg.D2, n.delayTo(from))), timerRepair, k, st.repairGen)
+		return
+	}
+	// We miss it too: the request stands for ours.
+	s := n.sources[p.Source]
+	if s == nil || !s.started || s.isResolved(p.Seq) {
+		return
+	}
+	n.extend(s, p.Seq)
+	rec := s.pending[p.Seq]
+	if rec == nil {
+		return
+	}
+	switch rec.state {
+	case recSuspect:
+		n.metrics.LossesDetected.Add(1)
+		n.metrics.RequestsSuppressed.Add(1)
+		n.waitRepair(s, p.Seq, rec)
+	case recWaitRequest:
+		n.metrics.RequestsSuppressed.Add(1)
+		n.waitRepair(s, p.Seq, rec)
+	case recWaitRepair:
+		n.metrics.RequestsHeardDup.Add(1)
+	}
+}
+
+// sendRepair multicasts a stored packet and then ignores requests for it
+// for E·d, d being the delay the repair had to cover.
+func (n *Node) sendRepair(k Key, st *stored, d time.Duration) {
+	n.emit(&Packet{Kind: KindRepair, Source: k.Source, Seq: k.Seq, SentAt: st.sentAt, Payload: st.payload})
+	n.metrics.RepairsSent.Add(1)
+	st.repairPending = false
+	st.repairGen++
+	st.ignoreUntil = n.now.Add(time.Duration(n.cfg.E * float64(d)))
+}
+
+func (n *Node) onRepair(from *source, p *Packet) {
+	k := Key{p.Source, p.Seq}
+	var d time.Duration
+	if p.Source == n.id {
+		d = n.delayTo(from)
+	} else {
+		s := n.sources[p.Source]
+		if s == nil {
+			if s = n.learn(p.Source); s == nil {
+				return
+			}
+		}
+		d = n.delayTo(s)
+		n.receive(s, p.Seq, p.SentAt, p.Payload, ViaRepair)
+	}
+	if st := n.cache[k]; st != nil {
+		if st.repairPending {
+			n.metrics.RepairsSuppressed.Add(1)
+			st.repairPending = false
+			st.repairGen++
+		}
+		st.ignoreUntil = n.now.Add(time.Duration(n.cfg.E * float64(d)))
+	}
+}
+
+func (n *Node) onSession(s *source, p *Packet) {
+	s.echoTime, s.echoHeardAt = p.Time, n.now
+	for _, e := range p.Echoes {
+		if e.Peer != n.id {
+			continue
+		}
+		rtt := n.now.Sub(time.Unix(0, e.Time)) - time.Duration(e.HoldMicr)*time.Microsecond
+		if rtt < 0 || rtt > 10*time.Second {
+			break
+		}
+		if !s.measured {
+			s.delay, s.measured = rtt/2, true
+		} else {
+			s.delay = (3*s.delay + rtt/2) / 4
+		}
+		break
+	}
+	switch {
+	case !s.started:
+		s.started, s.settled, s.floor, s.highest = true, true, p.OldestSeq, p.OldestSeq-1
+	case !s.settled:
+		// First heard through a data packet: also recover what it still
+		// holds from before then.
+		// Sequence numbers from first up are already accounted for; the
+		// ones between the sender's oldest and first become suspects.
+		s.settled = true
+		if p.OldestSeq < s.first && s.highest-p.OldestSeq < uint32(n.cfg.MaxWindow) {
+			for seq := s.first; seq < s.floor; seq++ {
+				s.resolved[seq] = struct{}{}
+			}
+			iv := &n.ring[n.curSlot%int64(len(n.ring))]
+			for seq := p.OldestSeq; seq < s.first; seq++ {
+				s.pending[seq] = &recovery{state: recSuspect, slot: n.curSlot}
+				iv.recoveries = append(iv.recoveries, Key{s.id, seq})
+			}
+			s.floor = p.OldestSeq
+		}
+	}
+	n.extend(s, p.NextSeq-1)
+	n.evidence(s, p.NextSeq)
+}
+
+func (n *Node) sendSession() {
+	n.nextSess = n.now.Add(n.cfg.SessionInterval)
+	p := &Packet{Kind: KindSession, NextSeq: n.nextSeq, OldestSeq: min(n.ownOldest, n.nextSeq)}
+	for _, id := range n.Members() {
+		s := n.sources[id]
+		if s.echoTime == 0 {
+			continue
+		}
+		hold := n.now.Sub(s.echoHeardAt).Microseconds()
+		p.Echoes = append(p.Echoes, Echo{Peer: id, Time: s.echoTime, HoldMicr: uint32(min(hold, 1<<32-1))})
+	}
+	n.emit(p)
+	n.metrics.SessionsSent.Add(1)
+}
+
+func (n *Node) sendJoin() {
+	n.emit(&Packet{Kind: KindRequestJoin, Nonce: n.nonce})
+	n.joinNext = n.now.Add(n.joinRTO)
+	n.joinRTO = min(2*n.joinRTO, n.cfg.MaxJoinBackoff)
+}
+
+func (n *Node) onRequestJoin(p *Packet) {
+	if !n.cfg.Authority {
+		return
+	}
+	for _, id := range n.Members() {
+		if s := n.sources[id]; s.nonce == p.Nonce {
+			n.establish(s) // our answer was lost: repeat it
+			return
+		}
+	}
+	if n.groupSize() >= n.cfg.MaxGroup {
+		n.emit(&Packet{Kind: KindDeny, Nonce: p.Nonce, Reason: DenyFull})
+		return
+	}
+	id := n.nextID
+	n.nextID++
+	s := n.addSource(id)
+	s.nonce = p.Nonce
+	s.started, s.settled, s.floor = true, true, 1
+	n.establish(s)
+	n.out.Events = append(n.out.Events, Event{Kind: EventMemberJoined, Member: id})
+}
+
+func (n *Node) establish(s *source) {
+	var others []MemberID
+	for _, id := range n.Members() {
+		if id != s.id {
+			others = append(others, id)
+		}
+	}
+	n.emit(&Packet{Kind: KindEstablish, Nonce: s.nonce, Member: s.id, StateAddr: n.cfg.StateAddr, Members: others})
+}
+
+func (n *Node) onEstablish(p *Packet) {
+	if n.joining && p.Nonce == n.nonce {
+		n.joining = false
+		n.id = p.Member
+		n.nextSeq, n.ownOldest = 1, 1
+		n.learn(p.Sender)
+		for _, m := range p.Members {
+			n.learn(m)
+		}
+		n.nextSess = n.now // announce ourselves at once
+		n.out.Events = append(n.out.Events, Event{Kind: EventJoined, Member: n.id, StateAddr: p.StateAddr})
+		return
+	}
+	if n.id == 0 || p.Member == n.id || n.sources[p.Member] != nil {
+		return
+	}
+	if s := n.learn(p.Member); s != nil {
+		// A new member's sequence starts at 1.
+		s.started, s.settled, s.floor = true, true, 1
+		n.out.Events = append(n.out.Events, Event{Kind: EventMemberJoined, Member: p.Member})
+	}
+}
+
+// maxTombstones bounds the remembered drops, so that a stream of forged
+// sender IDs cannot grow the authority's state.
+const maxTombstones = 16 * MaxMembers
+
+// drop is the authority declaring id gone.
+func (n *Node) drop(id MemberID) {
+	s := n.sources[id]
+	if s == nil && len(n.tombstones) >= maxTombstones {
+		return
+	}
+	if s != nil {
+		n.removeSource(s)
+		n.metrics.MembersDropped.Add(1)
+		n.out.Events = append(n.out.Events, Event{Kind: EventMemberDropped, Member: id})
+	}
+	n.tombstones[id] = n.now
+	n.dropSent[id] = n.now
+	n.emit(&Packet{Kind: KindDrop, Member: id})
+}
+
+// redrop repeats a drop to a dropped member that still talks (it may have
+// missed the first), at most once per JoinTimeout.
+func (n *Node) redrop(id MemberID) {
+	if !n.cfg.Authority || n.now.Sub(n.dropSent[id]) < n.cfg.JoinTimeout {
+		return
+	}
+	n.dropSent[id] = n.now
+	n.emit(&Packet{Kind: KindDrop, Member: id})
+}
+
+func (n *Node) onDrop(id MemberID) {
+	if id == n.id {
+		// Dropped: start over as a newcomer.
+		n.out.Events = append(n.out.Events, Event{Kind: EventDropped, Member: id})
+		n.id = 0
+		for _, s := range n.sources {
+			n.removeSource(s)
+		}
+		clear(n.cache)
+		n.fecRing = nil
+		return
+	}
+	if s := n.sources[id]; s != nil {
+		n.removeSource(s)
+		n.metrics.MembersDropped.Add(1)
+		n.out.Events = append(n.out.Events, Event{Kind: EventMemberDropped, Member: id})
+	}
+	if len(n.tombstones) < maxTombstones {
+		n.tombstones[id] = n.now
+	}
+}
+
+func (n *Node) emit(p *Packet) {
+	p.Sender = n.id
+	p.Time = n.now.UnixNano()
+	b, err := p.Encode(nil)
+	if err != nil {
+		// Every packet the node builds is within bounds by construction.
+		panic(fmt.Sprintf("crimp: encoding own %s packet: %v", p.Kind, err))
+	}
+	n.out.Packets = append(n.out.Packets, b)
+}
+
+func (n *Node) ready() Ready {
+	r := n.out
+	n.out = Ready{}
+	next := n.epoch.Add(time.Duration(n.curSlot+1) * n.cfg.TickInterval)
+	if len(n.timers) > 0 && n.timers[0].at.Before(next) {
+		next = n.timers[0].at
+	}
+	if n.id != 0 && n.nextSess.Before(next) {
+		next = n.nextSess
+	}
+	if n.joining && n.joinNext.Before(next) {
+		next = n.joinNext
+	}
+	r.NextTick = next
+	return r
+}
+
+type timerKind uint8
+
+const (
+	timerRequest timerKind = iota + 1
+	timerRTO
+	timerRepair
+)
+
+type timerEntry struct {
+	at   time.Time
+	seq  uint64
+	kind timerKind
+	key  Key
+	gen  uint32
+}
+
+func (n *Node) schedule(at time.Time, kind timerKind, k Key, gen uint32) {
+	n.timerSeq++
+	heap.Push(&n.timers, timerEntry{at: at, seq: n.timerSeq, kind: kind, key: k, gen: gen})
+}
+
+// fire runs a due timer unless it was superseded (generation changed) or
+// its packet left the history.
+func (n *Node) fire(e timerEntry) {
+	if e.kind == timerRepair {
+		st := n.cache[e.key]
+		if st != nil && st.repairPending && st.repairGen == e.gen {
+			d := n.cfg.DefaultDelay
+			if s := n.sources[e.key.Source]; s != nil {
+				d = n.delayTo(s)
+			}
+			n.sendRepair(e.key, st, d)
+		}
+		return
+	}
+	s := n.sources[e.key.Source]
+	if s == nil {
+		return
+	}
+	rec := s.pending[e.key.Seq]
+	if rec == nil || rec.gen != e.gen {
+		return
+	}
+	switch {
+	case e.kind == timerRequest && rec.state == recWaitRequest:
+		n.sendRequest(s, e.key.Seq, rec)
+	case e.kind == timerRTO && rec.state == recWaitRepair:
+		n.metrics.RequestRetries.Add(1)
+		n.startRecovery(s, e.key.Seq, rec)
+	}
+}
+
+type timerHeap []timerEntry
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].at.Equal(h[j].at) {
+		return h[i].seq < h[j].seq
+	}
+	return h[i].at.Before(h[j].at)
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timerEntry)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
