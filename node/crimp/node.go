@@ -766,7 +766,7 @@ func (n *Node) onSession(s *source, p *Packet) {
 		if e.Peer != n.id {
 			continue
 		}
-		rtt := n.now.Sub(time.Unix(0, e.Time)) - time.Duration(e.HoldMicr)*time.Microsecond
+		rtt := n.now.Sub(time.Unix(0, e.Time)) - time.Duration(e.HoldMicros)*time.Microsecond
 		if rtt < 0 || rtt > 10*time.Second {
 			break
 		}
@@ -811,7 +811,7 @@ func (n *Node) sendSession() {
 			continue
 		}
 		hold := n.now.Sub(s.echoHeardAt).Microseconds()
-		p.Echoes = append(p.Echoes, Echo{Peer: id, Time: s.echoTime, HoldMicr: uint32(min(hold, 1<<32-1))})
+		p.Echoes = append(p.Echoes, Echo{Peer: id, Time: s.echoTime, HoldMicros: uint32(min(hold, 1<<32-1))})
 	}
 	n.emit(p)
 	n.metrics.SessionsSent.Add(1)

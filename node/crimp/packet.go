@@ -108,9 +108,9 @@ type Redundant struct {
 // this session, so that Peer can compute the round trip without synchronized
 // clocks (as SRM's session messages do).
 type Echo struct {
-	Peer     MemberID
-	Time     int64
-	HoldMicr uint32
+	Peer       MemberID
+	Time       int64
+	HoldMicros uint32
 }
 
 // Packet is one decoded CRIMP packet. Which fields are meaningful depends on
@@ -194,7 +194,7 @@ func Decode(b []byte) (*Packet, error) {
 			return nil, fmt.Errorf("%w: %d echoes, limit %d", ErrMalformed, n, MaxMembers)
 		}
 		for i := 0; i < n && r.err == nil; i++ {
-			p.Echoes = append(p.Echoes, Echo{Peer: MemberID(r.u32()), Time: int64(r.u64()), HoldMicr: r.u32()})
+			p.Echoes = append(p.Echoes, Echo{Peer: MemberID(r.u32()), Time: int64(r.u64()), HoldMicros: r.u32()})
 		}
 	case KindRequestJoin:
 		p.Nonce = r.u64()
@@ -319,7 +319,7 @@ func (p *Packet) Encode(dst []byte) ([]byte, error) {
 		for _, e := range p.Echoes {
 			dst = binary.BigEndian.AppendUint32(dst, uint32(e.Peer))
 			dst = binary.BigEndian.AppendUint64(dst, uint64(e.Time))
-			dst = binary.BigEndian.AppendUint32(dst, e.HoldMicr)
+			dst = binary.BigEndian.AppendUint32(dst, e.HoldMicros)
 		}
 	case KindRequestJoin:
 		dst = binary.BigEndian.AppendUint64(dst, p.Nonce)

@@ -20,7 +20,7 @@ func samplePackets() []*Packet {
 		{Kind: KindData, Sender: 1, Time: -5, Seq: 1},
 		{Kind: KindRequest, Sender: 2, Time: 7, Source: 3, Seq: 77},
 		{Kind: KindRepair, Sender: 2, Time: 8, Source: 3, Seq: 77, SentAt: 6, Payload: []byte("x")},
-		{Kind: KindSession, Sender: 4, Time: 9, NextSeq: 10, OldestSeq: 3, Echoes: []Echo{{Peer: 1, Time: 5, HoldMicr: 250}}},
+		{Kind: KindSession, Sender: 4, Time: 9, NextSeq: 10, OldestSeq: 3, Echoes: []Echo{{Peer: 1, Time: 5, HoldMicros: 250}}},
 		{Kind: KindRequestJoin, Sender: 0, Time: 10, Nonce: 0xdeadbeef},
 		{Kind: KindEstablish, Sender: 1, Time: 11, Nonce: 5, Member: 7, StateAddr: "10.0.0.1:7000", Members: []MemberID{1, 2}},
 		{Kind: KindDeny, Sender: 1, Time: 12, Nonce: 5, Reason: DenyFull},
