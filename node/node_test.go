@@ -148,6 +148,36 @@ func TestOverlayOfTwelvePeers(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+
+	// The node's metrics saw it all: peers, table size, pubsub traffic.
+	waitFor(t, time.Minute, "metrics to report peers, table size and delivered messages", func() bool {
+		m := gatherValues(t, nodes[1])
+		return m["overworld_node_connected_peers"] >= 1 &&
+			m["overworld_node_dht_routing_table_peers"] == float64(len(all)-1) &&
+			m["overworld_pubsub_messages_delivered_total"] >= 1 &&
+			m["overworld_pubsub_rpc_received_bytes_total"] > 0
+	})
+}
+
+// gatherValues flattens a node's unlabelled metrics into name -> value.
+func gatherValues(t *testing.T, n *Node) map[string]float64 {
+	t.Helper()
+	families, err := n.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.GetGauge() != nil:
+				out[f.GetName()] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				out[f.GetName()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
 }
 
 func randomKey(t *testing.T) string {
