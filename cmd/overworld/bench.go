@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -38,7 +39,7 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	subs := append([]benchSubcommand(nil), benchSubcommands...)
 	sort.Slice(subs, func(i, j int) bool { return subs[i].name < subs[j].name })
 	usage := func() {
-		fmt.Fprintln(out, "Usage: overworld bench <name> [flags]")
+		fmt.Fprintln(out, "Usage: overworld bench <name> [flags]; overworld bench <name> -h for its flags")
 		fmt.Fprintln(out)
 		for _, s := range subs {
 			fmt.Fprintf(out, "  %-8s %s\n", s.name, s.summary)
@@ -50,7 +51,7 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		usage()
-		return nil
+		return flag.ErrHelp
 	}
 	for _, s := range subs {
 		if s.name == args[0] {

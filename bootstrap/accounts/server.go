@@ -1,0 +1,969 @@
+package accounts
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/overworld-p2p/overworld/bootstrap/accounts/token"
+	"github.com/overworld-p2p/overworld/bootstrap/leases"
+)
+
+// Config configures a Server. Zero fields take the defaults listed.
+type Config struct {
+	// Key signs access tokens. Required; see LoadOrCreateKey.
+	Key ed25519.PrivateKey
+	// AdminToken guards /v1/admin/…; empty disables the admin API.
+	AdminToken string
+	// TokenTTL is the access token lifetime. Default 15m.
+	TokenTTL time.Duration
+	// RefreshTTL is how long a session may go without a refresh. Default
+	// 30 days.
+	RefreshTTL time.Duration
+	// LeaseTTL is the coordinator lease lifetime. Default 10s.
+	LeaseTTL time.Duration
+	// Hash are the argon2id parameters for new password hashes; default
+	// DefaultHashParams. HashConcurrency bounds hashes in flight
+	// (default 2).
+	Hash            HashParams
+	HashConcurrency int
+	// MaxBodyBytes bounds request bodies. Default 64 KiB.
+	MaxBodyBytes int64
+	// LoginPerAccount limits failed logins and password changes per
+	// account name (default 5, then one per 12s); LoginPerSource limits
+	// login and register attempts per source address (default 20, then
+	// one per second).
+	LoginPerAccount RateLimit
+	LoginPerSource  RateLimit
+	// Now is the server's clock. Default time.Now.
+	Now func() time.Time
+	// Logger; default slog.Default(). Passwords and tokens are never
+	// logged.
+	Logger *slog.Logger
+	// Registry receives the server's metrics and is served on /metrics.
+	// Default: a new registry with Go and process collectors.
+	Registry *prometheus.Registry
+	// OnLease, if set, is called with a region's lease record after every
+	// acquire, renew or release that changed it (tests and audit logs).
+	OnLease func(leases.Record)
+	// TLSCertFile and TLSKeyFile, if both set, make Serve speak HTTPS.
+	TLSCertFile, TLSKeyFile string
+	// ShutdownTimeout bounds the graceful drain in Serve. Default 10s.
+	ShutdownTimeout time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	if len(c.Key) != ed25519.PrivateKeySize {
+		return fmt.Errorf("config: signing key has %d bytes, want %d", len(c.Key), ed25519.PrivateKeySize)
+	}
+	if c.TokenTTL == 0 {
+		c.TokenTTL = 15 * time.Minute
+	}
+	if c.RefreshTTL == 0 {
+		c.RefreshTTL = 30 * 24 * time.Hour
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 10 * time.Second
+	}
+	if c.Hash == (HashParams{}) {
+		c.Hash = DefaultHashParams
+	}
+	if c.HashConcurrency == 0 {
+		c.HashConcurrency = 2
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 64 << 10
+	}
+	if c.LoginPerAccount == (RateLimit{}) {
+		c.LoginPerAccount = RateLimit{Every: 12 * time.Second, Burst: 5}
+	}
+	if c.LoginPerSource == (RateLimit{}) {
+		c.LoginPerSource = RateLimit{Every: time.Second, Burst: 20}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	switch {
+	case c.TokenTTL < time.Second:
+		return fmt.Errorf("config: token ttl %v below 1s (tokens count whole seconds)", c.TokenTTL)
+	case c.RefreshTTL < c.TokenTTL:
+		return fmt.Errorf("config: refresh ttl %v shorter than token ttl %v", c.RefreshTTL, c.TokenTTL)
+	case c.LeaseTTL < 10*time.Millisecond:
+		return fmt.Errorf("config: lease ttl %v below 10ms", c.LeaseTTL)
+	case c.MaxBodyBytes < 1024:
+		return fmt.Errorf("config: max body %d bytes below 1024", c.MaxBodyBytes)
+	case c.LoginPerAccount.Every <= 0 || c.LoginPerAccount.Burst < 1 || c.LoginPerSource.Every <= 0 || c.LoginPerSource.Burst < 1:
+		return fmt.Errorf("config: rate limits %+v / %+v need a positive period and burst", c.LoginPerAccount, c.LoginPerSource)
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return fmt.Errorf("config: TLS needs both a certificate (%q) and a key (%q)", c.TLSCertFile, c.TLSKeyFile)
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		return errors.New("config: admin token shorter than 16 characters")
+	}
+	return nil
+}
+
+// Server is the account server: accounts, logins, characters and
+// coordinator leases over HTTP/JSON.
+type Server struct {
+	cfg        Config
+	store      *Store
+	pub        ed25519.PublicKey
+	log        *slog.Logger
+	hash       *hasher
+	perAccount *limiters
+	perSource  *limiters
+	// dummyHash is checked for unknown names so that a login for a name
+	// that does not exist costs as much as a wrong password.
+	dummyHash string
+	metrics   *metrics
+	handler   http.Handler
+	ready     atomic.Bool
+}
+
+// New builds a server on store. The store stays the caller's to close.
+func New(cfg Config, store *Store) (*Server, error) {
+	if store == nil {
+		return nil, errors.New("accounts server: no store")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("accounts server: %w", err)
+	}
+	h, err := newHasher(cfg.Hash, cfg.HashConcurrency)
+	if err != nil {
+		return nil, fmt.Errorf("accounts server: %w", err)
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("accounts server: %w", err)
+	}
+	s := &Server{
+		cfg:        cfg,
+		store:      store,
+		pub:        cfg.Key.Public().(ed25519.PublicKey),
+		log:        cfg.Logger,
+		hash:       h,
+		perAccount: newLimiters(cfg.LoginPerAccount, 100_000),
+		perSource:  newLimiters(cfg.LoginPerSource, 100_000),
+		metrics:    m,
+	}
+	s.dummyHash, err = h.Hash(context.Background(), "not a password anyone has")
+	if err != nil {
+		return nil, fmt.Errorf("accounts server: %w", err)
+	}
+	s.handler = s.routes()
+	s.ready.Store(true)
+	return s, nil
+}
+
+// PublicKey is the key that verifies the server's tokens.
+func (s *Server) PublicKey() ed25519.PublicKey { return s.pub }
+
+// Handler serves the whole API, /metrics and /healthz.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve answers on ln until ctx is cancelled, then stops taking requests,
+// drains those in flight (up to ShutdownTimeout) and returns nil. It speaks
+// HTTPS if the config names a certificate and key.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if s.cfg.TLSCertFile != "" {
+			errc <- srv.ServeTLS(ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	s.ready.Store(true)
+	s.log.Info("account server listening", "addr", ln.Addr().String(), "tls", s.cfg.TLSCertFile != "", "store", s.store.Dialect())
+	select {
+	case err := <-errc:
+		s.ready.Store(false)
+		return fmt.Errorf("account server: %w", err)
+	case <-ctx.Done():
+	}
+	s.ready.Store(false)
+	shutCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(shutCtx)
+	<-errc
+	if err != nil {
+		return fmt.Errorf("account server shutdown: %w", err)
+	}
+	s.log.Info("account server stopped")
+	return nil
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+		mux.Handle(pattern, s.instrument(pattern, h))
+	}
+	handle("GET /v1/pubkey", s.handlePubkey)
+	handle("POST /v1/register", s.handleRegister)
+	handle("POST /v1/login", s.handleLogin)
+	handle("POST /v1/refresh", s.handleRefresh)
+	handle("POST /v1/logout", s.handleLogout)
+	handle("POST /v1/tokens/verify", s.handleVerify)
+	handle("GET /v1/character", s.handleLoadCharacter)
+	handle("PUT /v1/character", s.handleSaveCharacter)
+	handle("POST /v1/password", s.handlePassword)
+	handle("POST /v1/leases/{region}/acquire", s.handleLeaseAcquire)
+	handle("POST /v1/leases/{region}/renew", s.handleLeaseRenew)
+	handle("POST /v1/leases/{region}/release", s.handleLeaseRelease)
+	handle("POST /v1/admin/accounts/{name}/disable", s.handleAdminDisable(true))
+	handle("POST /v1/admin/accounts/{name}/enable", s.handleAdminDisable(false))
+	handle("GET /v1/admin/sessions", s.handleAdminSessions)
+	handle("GET /v1/admin/leases", s.handleAdminLeases)
+	handle("GET /healthz", s.handleHealth)
+	handle("GET /readyz", s.handleReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	handle("/", func(w http.ResponseWriter, r *http.Request) error {
+		return apiErr(CodeNotFound, "no such endpoint: %s %s", r.Method, truncate(r.URL.Path, 100))
+	})
+	return mux
+}
+
+// httpError is an error with an API code; handlers return it.
+type httpError struct {
+	code string
+	msg  string
+	err  error // internal cause, logged, never sent
+}
+
+func (e *httpError) Error() string { return e.code + ": " + e.msg }
+
+func apiErr(code, format string, args ...any) error {
+	return &httpError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func internalErr(err error) error {
+	return &httpError{code: CodeInternal, msg: "internal error", err: err}
+}
+
+// instrument runs h, writes its error as JSON, recovers panics and counts
+// the request.
+func (s *Server) instrument(route string, h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("handler panic", "route", route, "panic", p)
+				if !rw.wrote {
+					s.writeError(rw, r, internalErr(fmt.Errorf("panic: %v", p)))
+				}
+			}
+			s.metrics.requests.WithLabelValues(route, strconv.Itoa(rw.status)).Inc()
+			s.metrics.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		}()
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if err := h(rw, r); err != nil {
+			s.writeError(rw, r, err)
+		}
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var he *httpError
+	if !errors.As(err, &he) {
+		he = &httpError{code: CodeInternal, msg: "internal error", err: err}
+	}
+	status := statusOf(he.code)
+	if status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", he.err)
+	} else {
+		s.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "code", he.code, "msg", he.msg)
+	}
+	var body ErrorBody
+	body.Error.Code, body.Error.Message = he.code, he.msg
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "5")
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// decodeBody decodes one JSON value from r's body into dst: bounded in
+// size, unknown fields refused, nothing after the value.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			return apiErr(CodeUnsupportedMT, "content type %q: send application/json", truncate(ct, 60))
+		}
+	}
+	return decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), dst)
+}
+
+// decodeJSON is the body decoder, separate for fuzzing.
+func decodeJSON(body io.Reader, dst any) error {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return apiErr(CodeTooLarge, "request body over %d bytes", tooBig.Limit)
+		}
+		if errors.Is(err, io.EOF) {
+			return apiErr(CodeBadRequest, "empty request body")
+		}
+		return apiErr(CodeBadRequest, "malformed JSON: %s", truncate(err.Error(), 200))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return apiErr(CodeTooLarge, "request body over %d bytes", tooBig.Limit)
+		}
+		return apiErr(CodeBadRequest, "malformed JSON: data after the request object")
+	}
+	return nil
+}
+
+// sourceOf is the client's address without port, for rate limits and logs.
+func sourceOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// now is the server clock at microsecond precision, as stored.
+func (s *Server) now() time.Time { return s.cfg.Now().Truncate(time.Microsecond) }
+
+func randomID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// refresh tokens are 256 random bits; the store keeps only their SHA-256.
+const refreshPrefix = "owr1."
+
+func newRefreshToken() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return refreshPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+func hashRefresh(tok string) string {
+	sum := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(sum[:])
+}
+
+func (s *Server) handlePubkey(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, PublicKeyResponse{Algorithm: "ed25519", PublicKey: s.pub, TokenFormat: "ow1"})
+	return nil
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.Warn("health check: store unreachable", "err", err)
+		http.Error(w, "store unreachable\n", http.StatusServiceUnavailable)
+		return nil
+	}
+	io.WriteString(w, "ok\n")
+	return nil
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
+	if !s.ready.Load() {
+		http.Error(w, "shutting down\n", http.StatusServiceUnavailable)
+		return nil
+	}
+	return s.handleHealth(w, r)
+}
+
+func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
+	now := s.now()
+	if !s.perSource.Allow(sourceOf(r), now) {
+		s.metrics.registrations.WithLabelValues("rate_limited").Inc()
+		return apiErr(CodeRateLimited, "too many attempts from your address; retry later")
+	}
+	var req RegisterRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if err := ValidName(req.Name); err != nil {
+		return apiErr(CodeBadRequest, "%v", err)
+	}
+	if err := ValidPassword(req.Password); err != nil {
+		return apiErr(CodeBadRequest, "%v", err)
+	}
+	hash, err := s.hash.Hash(r.Context(), req.Password)
+	if err != nil {
+		return internalErr(err)
+	}
+	a := Account{ID: randomID(), Name: req.Name, PasswordHash: hash, Created: now}
+	if err := s.store.CreateAccount(r.Context(), a); err != nil {
+		if errors.Is(err, ErrConflict) {
+			s.metrics.registrations.WithLabelValues("name_taken").Inc()
+			return apiErr(CodeNameTaken, "name %q is taken", req.Name)
+		}
+		return internalErr(err)
+	}
+	s.metrics.registrations.WithLabelValues("ok").Inc()
+	s.log.Info("account registered", "account", a.ID, "name", a.Name, "source", sourceOf(r))
+	writeJSON(w, http.StatusCreated, RegisterResponse{AccountID: a.ID, Name: a.Name})
+	return nil
+}
+
+// checkPassword verifies name's password under the per-account limit:
+// only failures spend the account's budget, so an attacker cannot lock
+// out a player who knows the password for longer than the refill.
+func (s *Server) checkPassword(ctx context.Context, name, password string, now time.Time) (Account, error) {
+	key := nameKey(name)
+	if !s.perAccount.Has(key, now) {
+		return Account{}, apiErr(CodeRateLimited, "too many failed attempts for this account; retry later")
+	}
+	a, err := s.store.AccountByName(ctx, name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		s.hash.Check(ctx, s.dummyHash, password)
+		s.perAccount.Allow(key, now)
+		return Account{}, apiErr(CodeUnauthorized, "wrong name or password")
+	case err != nil:
+		return Account{}, internalErr(err)
+	}
+	ok, err := s.hash.Check(ctx, a.PasswordHash, password)
+	if err != nil {
+		return Account{}, internalErr(fmt.Errorf("account %s: %w", a.ID, err))
+	}
+	if !ok {
+		s.perAccount.Allow(key, now)
+		return Account{}, apiErr(CodeUnauthorized, "wrong name or password")
+	}
+	if a.Disabled {
+		return Account{}, apiErr(CodeDisabled, "account %q is disabled", a.Name)
+	}
+	return a, nil
+}
+
+func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) error {
+	now := s.now()
+	src := sourceOf(r)
+	if !s.perSource.Allow(src, now) {
+		s.metrics.logins.WithLabelValues("rate_limited").Inc()
+		return apiErr(CodeRateLimited, "too many attempts from your address; retry later")
+	}
+	var req LoginRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if err := ValidName(req.Name); err != nil {
+		return apiErr(CodeBadRequest, "%v", err)
+	}
+	if len(req.Password) > MaxPasswordLen {
+		return apiErr(CodeBadRequest, "password longer than %d bytes", MaxPasswordLen)
+	}
+	pid, err := peer.Decode(req.PeerID)
+	if err != nil {
+		return apiErr(CodeBadRequest, "peer_id %q: %v", truncate(req.PeerID, 80), err)
+	}
+	a, err := s.checkPassword(r.Context(), req.Name, req.Password, now)
+	if err != nil {
+		var he *httpError
+		if errors.As(err, &he) {
+			s.metrics.logins.WithLabelValues(he.code).Inc()
+			if he.code == CodeUnauthorized || he.code == CodeDisabled {
+				s.log.Info("login refused", "name", req.Name, "source", src, "code", he.code)
+			}
+		}
+		return err
+	}
+	refresh := newRefreshToken()
+	ss := Session{ID: randomID(), AccountID: a.ID, PeerID: pid.String(), RefreshHash: hashRefresh(refresh),
+		Source: src, Created: now, Expires: now.Add(s.cfg.RefreshTTL)}
+	if err := s.store.CreateSession(r.Context(), ss); err != nil {
+		return internalErr(err)
+	}
+	tokens, err := s.issue(a, ss, refresh, now)
+	if err != nil {
+		return internalErr(err)
+	}
+	s.metrics.logins.WithLabelValues("ok").Inc()
+	s.log.Info("login", "account", a.ID, "name", a.Name, "peer", pid, "session", ss.ID, "source", src)
+	writeJSON(w, http.StatusOK, tokens)
+	return nil
+}
+
+// issue signs an access token for the session.
+func (s *Server) issue(a Account, ss Session, refresh string, now time.Time) (Tokens, error) {
+	pid, err := peer.Decode(ss.PeerID)
+	if err != nil {
+		return Tokens{}, fmt.Errorf("session %s peer: %w", ss.ID, err)
+	}
+	// Whole seconds, as the token carries them; never past the session.
+	iat := now.Truncate(time.Second)
+	exp := iat.Add(s.cfg.TokenTTL)
+	if ss.Expires.Before(exp) {
+		exp = ss.Expires.Truncate(time.Second)
+	}
+	if !exp.After(iat) {
+		return Tokens{}, fmt.Errorf("session %s ends before a token could start", ss.ID)
+	}
+	tok, err := token.Sign(s.cfg.Key, token.Claims{Session: ss.ID, Account: a.ID, Player: a.Name, Peer: pid, IssuedAt: iat, Expiry: exp})
+	if err != nil {
+		return Tokens{}, err
+	}
+	return Tokens{AccountID: a.ID, Name: a.Name, PeerID: ss.PeerID, AccessToken: tok, AccessIssuedAt: iat.UTC(), AccessExpiresAt: exp.UTC(),
+		RefreshToken: refresh, RefreshExpiresAt: ss.Expires.UTC()}, nil
+}
+
+func (s *Server) handleRefresh(w http.ResponseWriter, r *http.Request) error {
+	var req RefreshRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(req.RefreshToken, refreshPrefix) || len(req.RefreshToken) > 100 {
+		return apiErr(CodeUnauthorized, "refresh token malformed")
+	}
+	now := s.now()
+	refresh := newRefreshToken()
+	expires := now.Add(s.cfg.RefreshTTL)
+	ss, err := s.store.RotateRefresh(r.Context(), hashRefresh(req.RefreshToken), hashRefresh(refresh), now, expires)
+	if errors.Is(err, ErrNotFound) {
+		return apiErr(CodeUnauthorized, "refresh token unknown, used, expired or revoked; log in again")
+	}
+	if err != nil {
+		return internalErr(err)
+	}
+	a, err := s.store.AccountByID(r.Context(), ss.AccountID)
+	if err != nil {
+		return internalErr(err)
+	}
+	if a.Disabled {
+		return apiErr(CodeDisabled, "account %q is disabled", a.Name)
+	}
+	ss.Expires = expires
+	tokens, err := s.issue(a, ss, refresh, now)
+	if err != nil {
+		return internalErr(err)
+	}
+	writeJSON(w, http.StatusOK, tokens)
+	return nil
+}
+
+// caller is an authenticated request's identity.
+type caller struct {
+	claims  token.Claims
+	account Account
+}
+
+// authenticate checks the bearer access token and that its session is
+// still active and its account enabled: unlike offline verification, the
+// server's own endpoints honour logout and disabling at once.
+func (s *Server) authenticate(r *http.Request) (caller, error) {
+	auth := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || tok == "" {
+		return caller{}, apiErr(CodeUnauthorized, "missing bearer token")
+	}
+	now := s.now()
+	c, err := token.Check(s.pub, tok, now)
+	if err != nil {
+		return caller{}, apiErr(CodeUnauthorized, "%v", err)
+	}
+	ss, err := s.store.SessionByID(r.Context(), c.Session)
+	if errors.Is(err, ErrNotFound) {
+		return caller{}, apiErr(CodeUnauthorized, "session unknown")
+	}
+	if err != nil {
+		return caller{}, internalErr(err)
+	}
+	if ss.PeerID != c.Peer.String() || ss.AccountID != c.Account {
+		return caller{}, apiErr(CodeUnauthorized, "token does not match its session")
+	}
+	a, err := s.store.AccountByID(r.Context(), c.Account)
+	if err != nil {
+		return caller{}, internalErr(err)
+	}
+	if a.Disabled {
+		return caller{}, apiErr(CodeDisabled, "account %q is disabled", a.Name)
+	}
+	if !ss.Active(now) {
+		return caller{}, apiErr(CodeUnauthorized, "session ended; log in again")
+	}
+	return caller{claims: c, account: a}, nil
+}
+
+func (s *Server) handleLogout(w http.ResponseWriter, r *http.Request) error {
+	now := s.now()
+	if r.Header.Get("Authorization") != "" {
+		c, err := s.authenticate(r)
+		if err != nil {
+			return err
+		}
+		if err := s.store.RevokeSession(r.Context(), c.claims.Session, now); err != nil {
+			return internalErr(err)
+		}
+		s.log.Info("logout", "account", c.account.ID, "session", c.claims.Session)
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	var req RefreshRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	// Rotating to a value nobody knows, then revoking, ends the session
+	// the refresh token names.
+	ss, err := s.store.RotateRefresh(r.Context(), hashRefresh(req.RefreshToken), hashRefresh(newRefreshToken()), now, now.Add(time.Microsecond))
+	if errors.Is(err, ErrNotFound) {
+		return apiErr(CodeUnauthorized, "refresh token unknown, used, expired or revoked")
+	}
+	if err != nil {
+		return internalErr(err)
+	}
+	if err := s.store.RevokeSession(r.Context(), ss.ID, now); err != nil {
+		return internalErr(err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// VerifyRequest is the body of POST /v1/tokens/verify: the online check a
+// peer may use instead of (or besides) token.Verify, which also sees logouts
+// and disabled accounts.
+type VerifyRequest struct {
+	Token  string `json:"token"`
+	PeerID string `json:"peer_id"`
+}
+
+// VerifyResponse answers a successful verification.
+type VerifyResponse struct {
+	AccountID string    `json:"account_id"`
+	Name      string    `json:"name"`
+	PeerID    string    `json:"peer_id"`
+	Session   string    `json:"session"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+func (s *Server) handleVerify(w http.ResponseWriter, r *http.Request) error {
+	var req VerifyRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	pid, err := peer.Decode(req.PeerID)
+	if err != nil {
+		return apiErr(CodeBadRequest, "peer_id %q: %v", truncate(req.PeerID, 80), err)
+	}
+	c, err := token.Verify(s.pub, req.Token, pid, s.now())
+	if err != nil {
+		return apiErr(CodeUnauthorized, "%v", err)
+	}
+	// The session and account checks of authenticate, on this token.
+	r2 := r.Clone(r.Context())
+	r2.Header.Set("Authorization", "Bearer "+req.Token)
+	if _, err := s.authenticate(r2); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, VerifyResponse{AccountID: c.Account, Name: c.Player, PeerID: c.Peer.String(), Session: c.Session, ExpiresAt: c.Expiry.UTC()})
+	return nil
+}
+
+func (s *Server) handleLoadCharacter(w http.ResponseWriter, r *http.Request) error {
+	c, err := s.authenticate(r)
+	if err != nil {
+		return err
+	}
+	ch, err := s.store.LoadCharacter(r.Context(), c.account.ID)
+	if errors.Is(err, ErrNotFound) {
+		// Never saved: version 0 tells the game to spawn a new one.
+		ch = Character{Inventory: []Item{}}
+	} else if err != nil {
+		return internalErr(err)
+	}
+	writeJSON(w, http.StatusOK, ch)
+	return nil
+}
+
+func (s *Server) handleSaveCharacter(w http.ResponseWriter, r *http.Request) error {
+	c, err := s.authenticate(r)
+	if err != nil {
+		return err
+	}
+	var req SaveRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if err := req.Character.Validate(); err != nil {
+		s.metrics.saves.WithLabelValues("bad_request").Inc()
+		return apiErr(CodeBadRequest, "character: %v", err)
+	}
+	if req.BaseVersion < 0 {
+		return apiErr(CodeBadRequest, "base_version %d is negative", req.BaseVersion)
+	}
+	v, err := s.store.SaveCharacter(r.Context(), c.account.ID, req.Character, req.BaseVersion, s.now())
+	if errors.Is(err, ErrConflict) {
+		s.metrics.saves.WithLabelValues("conflict").Inc()
+		return apiErr(CodeConflict, "%v", err)
+	}
+	if err != nil {
+		s.metrics.saves.WithLabelValues("error").Inc()
+		return internalErr(err)
+	}
+	s.metrics.saves.WithLabelValues("ok").Inc()
+	writeJSON(w, http.StatusOK, SaveResponse{Version: v})
+	return nil
+}
+
+func (s *Server) handlePassword(w http.ResponseWriter, r *http.Request) error {
+	c, err := s.authenticate(r)
+	if err != nil {
+		return err
+	}
+	var req PasswordRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if err := ValidPassword(req.NewPassword); err != nil {
+		return apiErr(CodeBadRequest, "new password: %v", err)
+	}
+	if len(req.OldPassword) > MaxPasswordLen {
+		return apiErr(CodeBadRequest, "old password longer than %d bytes", MaxPasswordLen)
+	}
+	now := s.now()
+	if _, err := s.checkPassword(r.Context(), c.account.Name, req.OldPassword, now); err != nil {
+		return err
+	}
+	hash, err := s.hash.Hash(r.Context(), req.NewPassword)
+	if err != nil {
+		return internalErr(err)
+	}
+	if err := s.store.SetPassword(r.Context(), c.account.ID, hash, c.claims.Session, now); err != nil {
+		return internalErr(err)
+	}
+	s.log.Info("password changed; other sessions revoked", "account", c.account.ID)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// leaseOp runs one lease rule on the region named in the path, as the
+// authenticated caller's peer ID.
+func (s *Server) leaseOp(w http.ResponseWriter, r *http.Request, op string, withBody bool,
+	rule func(rec leases.Record, holder string, id uint64, now time.Time) (leases.Record, bool, error)) error {
+	c, err := s.authenticate(r)
+	if err != nil {
+		return err
+	}
+	region := r.PathValue("region")
+	if err := leases.ValidRegion(region); err != nil {
+		return apiErr(CodeBadRequest, "%v", err)
+	}
+	var req LeaseRequest
+	if withBody {
+		if err := s.decodeBody(w, r, &req); err != nil {
+			return err
+		}
+		if req.LeaseID == 0 {
+			return apiErr(CodeBadRequest, "lease_id missing")
+		}
+	}
+	holder := c.claims.Peer.String()
+	now := s.now()
+	var changed bool
+	rec, err := s.store.UpdateLease(r.Context(), region, func(rec leases.Record) (leases.Record, bool, error) {
+		next, ch, ruleErr := rule(rec, holder, req.LeaseID, now)
+		changed = ch
+		return next, ch, ruleErr
+	})
+	switch {
+	case errors.Is(err, leases.ErrHeld):
+		s.metrics.leaseOps.WithLabelValues(op, CodeLeaseHeld).Inc()
+		return apiErr(CodeLeaseHeld, "%v", err)
+	case errors.Is(err, leases.ErrLost):
+		s.metrics.leaseOps.WithLabelValues(op, CodeLeaseLost).Inc()
+		return apiErr(CodeLeaseLost, "%v", err)
+	case errors.Is(err, leases.ErrInvalid):
+		return apiErr(CodeBadRequest, "%v", err)
+	case err != nil:
+		return internalErr(err)
+	}
+	s.metrics.leaseOps.WithLabelValues(op, "ok").Inc()
+	if changed && s.cfg.OnLease != nil {
+		s.cfg.OnLease(rec)
+	}
+	if op == "acquire" {
+		s.log.Info("lease granted", "region", region, "lease", rec.LeaseID, "holder", holder, "account", c.account.Name)
+	} else if op == "release" && changed {
+		s.log.Info("lease released", "region", region, "lease", rec.LeaseID, "holder", holder)
+	}
+	if op == "release" {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	writeJSON(w, http.StatusOK, LeaseResponse{Region: region, LeaseID: rec.LeaseID, Holder: rec.Holder, TTLMS: s.cfg.LeaseTTL.Milliseconds()})
+	return nil
+}
+
+func (s *Server) handleLeaseAcquire(w http.ResponseWriter, r *http.Request) error {
+	return s.leaseOp(w, r, "acquire", false, func(rec leases.Record, holder string, _ uint64, now time.Time) (leases.Record, bool, error) {
+		next, err := leases.Acquire(rec, holder, now, s.cfg.LeaseTTL)
+		return next, err == nil, err
+	})
+}
+
+func (s *Server) handleLeaseRenew(w http.ResponseWriter, r *http.Request) error {
+	return s.leaseOp(w, r, "renew", true, func(rec leases.Record, holder string, id uint64, now time.Time) (leases.Record, bool, error) {
+		next, err := leases.Renew(rec, holder, id, now, s.cfg.LeaseTTL)
+		return next, err == nil, err
+	})
+}
+
+func (s *Server) handleLeaseRelease(w http.ResponseWriter, r *http.Request) error {
+	return s.leaseOp(w, r, "release", true, func(rec leases.Record, holder string, id uint64, now time.Time) (leases.Record, bool, error) {
+		return leases.Release(rec, holder, id, now)
+	})
+}
+
+// admin checks the admin bearer token in constant time.
+func (s *Server) admin(r *http.Request) error {
+	if s.cfg.AdminToken == "" {
+		return apiErr(CodeForbidden, "admin API disabled (no admin token configured)")
+	}
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(s.cfg.AdminToken))
+	if subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
+		s.log.Warn("admin call refused", "source", sourceOf(r), "path", r.URL.Path)
+		return apiErr(CodeForbidden, "admin credential required")
+	}
+	return nil
+}
+
+func (s *Server) handleAdminDisable(disabled bool) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if err := s.admin(r); err != nil {
+			return err
+		}
+		name := r.PathValue("name")
+		if err := ValidName(name); err != nil {
+			return apiErr(CodeBadRequest, "%v", err)
+		}
+		a, err := s.store.SetDisabled(r.Context(), name, disabled, s.now())
+		if errors.Is(err, ErrNotFound) {
+			return apiErr(CodeNotFound, "no account %q", name)
+		}
+		if err != nil {
+			return internalErr(err)
+		}
+		s.log.Info("admin: account updated", "account", a.ID, "name", a.Name, "disabled", disabled, "source", sourceOf(r))
+		writeJSON(w, http.StatusOK, AccountInfo{AccountID: a.ID, Name: a.Name, Disabled: a.Disabled})
+		return nil
+	}
+}
+
+func (s *Server) handleAdminSessions(w http.ResponseWriter, r *http.Request) error {
+	if err := s.admin(r); err != nil {
+		return err
+	}
+	name := r.URL.Query().Get("account")
+	if name != "" {
+		if err := ValidName(name); err != nil {
+			return apiErr(CodeBadRequest, "%v", err)
+		}
+	}
+	limit := 100
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			return apiErr(CodeBadRequest, "limit %q: want 1-1000", truncate(l, 20))
+		}
+		limit = n
+	}
+	ss, err := s.store.ListSessions(r.Context(), name, s.now(), limit)
+	if err != nil {
+		return internalErr(err)
+	}
+	out := make([]SessionInfo, 0, len(ss))
+	for _, x := range ss {
+		out = append(out, SessionInfo{ID: x.ID, AccountID: x.AccountID, Name: x.AccountName, PeerID: x.PeerID, Source: x.Source,
+			Created: x.Created.UTC(), Refreshed: x.Refreshed.UTC(), Expires: x.Expires.UTC()})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleAdminLeases(w http.ResponseWriter, r *http.Request) error {
+	if err := s.admin(r); err != nil {
+		return err
+	}
+	recs, err := s.store.ListLeases(r.Context())
+	if err != nil {
+		return internalErr(err)
+	}
+	now := s.now()
+	out := make([]LeaseInfo, 0, len(recs))
+	for _, x := range recs {
+		out = append(out, LeaseInfo{Region: x.Region, Holder: x.Holder, LeaseID: x.LeaseID, Granted: x.Granted.UTC(), Expires: x.Expires.UTC(), Active: x.ActiveAt(now)})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
