@@ -2,4 +2,61 @@
 // libp2p): each region's key hashes onto the DHT keyspace; the live peer
 // closest to it coordinates the region and the next closest holds its
 // replica.
+//
+// # Placement
+//
+// Key names a region in the DHT keyspace; a peer's place is the SHA-256 of
+// its ID, as in kad-dht. Every peer computes placement from its own view:
+// itself plus the peers of its routing table and its connections that speak
+// the region protocol (learned through identify, so a bootstrap node is left
+// out), minus the peers it found unreachable. Views agree once the routing
+// tables settle; Locate refreshes a view with a DHT lookup. A peer asked
+// about a region it does not hold redirects to the closest peer it knows.
+//
+// # Data flow
+//
+// The game calls the Client (Get, Initialize, ReadWrite, Lock, Release).
+// The client sends the request, with a fresh request ID, to the
+// coordinator in its view over a stream of ProtocolID (one protobuf frame
+// each way, see regionpb), follows redirects, and when a peer cannot be
+// reached tries the next one, naming the failed peer as a suspect; it
+// keeps the request ID across all attempts.
+//
+// At the coordinator each region is a machine (machine.go): a deterministic
+// state machine with one FIFO queue. It evaluates queued requests in order
+// (initialize: blind write; read-write: only if the read version is
+// current, else rejected with the current value and version; lock and
+// release: Mobihoc-style locks that run out if not renewed), applies the
+// changes, and sends them to the replica. Only when the replica has
+// acknowledged them are the players answered and the changes published on
+// the region's event topic (EventTopic), from which members (Subscribe)
+// keep a cache of the region. Committed request IDs are remembered and
+// replicated, so a retried request is applied once. A CommitGate (the
+// lease service) is consulted before each batch and its lease ID recorded
+// with every commit; an Authorizer checks every remote peer's token.
+//
+// # Failures and joins
+//
+// Epochs order coordinators: each new coordinator of a region starts a
+// higher epoch, and a replica refuses an older one, which stops a deposed
+// coordinator from committing.
+//
+//   - Fail-over: failures are noticed by traffic (a failed request or
+//     replication, a closed connection) and confirmed with a probe. The
+//     replica, or whichever peer now believes itself closest, acquires the
+//     region: it asks the next closest peers what they hold and takes over
+//     from the freshest copy (its own, or by a state transfer), in a new
+//     epoch, then picks a new replica and sends it a snapshot.
+//   - Hand-off: a coordinator that sees a closer live peer nudges it; that
+//     peer asks for the state. The coordinator finishes its batch in flight,
+//     hands over a snapshot in a new epoch and becomes the replica; the old
+//     replica retires. While the transfer runs the new peer forwards
+//     requests to the old coordinator.
+//   - Double failure: when nobody holds the region, the new coordinator
+//     rebuilds it from the members' caches (the highest version of each
+//     object) and logs that updates newer than any cache may be lost. A new
+//     region is born the same way, empty.
+//
+// Partitions are beyond this package: two sides that each think the other
+// dead can both coordinate unless the CommitGate refuses one of them.
 package regions

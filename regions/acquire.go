@@ -1,0 +1,320 @@
+package regions
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	pb "github.com/overworld-p2p/overworld/regions/regionpb"
+)
+
+// How many of the next-closest peers an acquiring peer asks what they hold,
+// and how many members it asks for their caches after a double failure.
+const (
+	acquireAsk  = 5
+	rebuildAsk  = 64
+	handoffHops = 3
+)
+
+// startAcquire begins taking region c over unless that already runs.
+func (s *Service) startAcquire(c Coord) {
+	sl := s.slot(c)
+	sl.mu.Lock()
+	if sl.acquiring || sl.m.role == pb.Role_ROLE_COORDINATOR {
+		sl.mu.Unlock()
+		return
+	}
+	sl.acquiring = true
+	sl.mu.Unlock()
+	s.spawn(func() {
+		s.acquire(c, sl)
+		sl.mu.Lock()
+		sl.acquiring, sl.source = false, ""
+		sl.mu.Unlock()
+	})
+}
+
+type holder struct {
+	p    peer.ID
+	info *pb.InfoReply
+}
+
+// acquire makes this peer coordinator of c, believing itself the closest
+// live peer. It asks the next closest peers what they hold; then, in order
+// of preference: a closer live peer exists (step back and nudge it); the
+// freshest holder of the state is this peer's own replica copy (take
+// over); another peer holds it (hand-off from that peer); nobody holds it
+// (rebuild from the members' caches: a double failure, or a new region).
+func (s *Service) acquire(c Coord, sl *slot) {
+	ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
+	defer cancel()
+	self := s.h.ID()
+	sl.mu.Lock()
+	stateless := sl.m.role == pb.Role_ROLE_NONE
+	sl.mu.Unlock()
+	if stateless {
+		// Without a copy of the region this peer may be new and its view
+		// thin: look the key up so that a closer coordinator is found.
+		if _, _, err := s.Locate(ctx, c); err != nil {
+			s.log.Debug("lookup before acquiring failed", "region", c, "err", err)
+		}
+	}
+	var asked []peer.ID
+	for _, p := range s.placement(c) {
+		if p != self && len(asked) < acquireAsk {
+			asked = append(asked, p)
+		}
+	}
+	holders := s.askInfo(ctx, c, asked)
+	for _, h := range holders {
+		if s.closer(c, h.p, self) {
+			s.log.Debug("a closer peer is alive; not taking the region", "region", c, "closer", h.p)
+			s.nudge(h.p, c)
+			return
+		}
+	}
+	sl.mu.Lock()
+	own := sl.m.info()
+	sl.mu.Unlock()
+	best := holder{p: self, info: own}
+	if own.Role == pb.Role_ROLE_NONE {
+		best = holder{}
+	}
+	for _, h := range holders {
+		if h.info.Role == pb.Role_ROLE_NONE {
+			continue
+		}
+		if best.info == nil || fresher(h.info, best.info) {
+			best = h
+		}
+	}
+	switch {
+	case best.info == nil:
+		s.rebuild(ctx, c, sl, asked)
+	case best.p == self:
+		sl.mu.Lock()
+		eff := sl.m.TakeOver(time.Now())
+		sl.mu.Unlock()
+		s.run(c, sl, eff)
+	default:
+		s.handoffFrom(ctx, c, sl, best.p)
+	}
+}
+
+// fresher orders holders: higher epoch, then longer log, then an active
+// coordinator over a replica.
+func fresher(a, b *pb.InfoReply) bool {
+	if a.Epoch != b.Epoch {
+		return a.Epoch > b.Epoch
+	}
+	if a.Seq != b.Seq {
+		return a.Seq > b.Seq
+	}
+	return a.Role == pb.Role_ROLE_COORDINATOR && b.Role != pb.Role_ROLE_COORDINATOR
+}
+
+func (s *Service) askInfo(ctx context.Context, c Coord, peers []peer.ID) []holder {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var out []holder
+	for _, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_Info{Info: &pb.Info{}}})
+			if err != nil {
+				s.markDead(p)
+				return
+			}
+			if info := reply.GetInfoReply(); info != nil {
+				mu.Lock()
+				out = append(out, holder{p, info})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	// Deterministic order for the decisions that follow.
+	sorted := make([]holder, 0, len(out))
+	for _, p := range peers {
+		for _, h := range out {
+			if h.p == p {
+				sorted = append(sorted, h)
+			}
+		}
+	}
+	return sorted
+}
+
+// handoffFrom asks src for the region's state. While the transfer runs,
+// requests that reach this peer are forwarded to src (serveRequest).
+func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.ID) {
+	self := s.h.ID()
+	for hop := 0; hop < handoffHops && src != ""; hop++ {
+		sl.mu.Lock()
+		sl.source = src
+		sl.mu.Unlock()
+		reply, err := s.call(ctx, src, c, &pb.Message{Body: &pb.Message_Handoff{Handoff: &pb.Handoff{}}})
+		sl.mu.Lock()
+		sl.source = ""
+		sl.mu.Unlock()
+		if err != nil {
+			s.log.Info("state transfer failed", "region", c, "from", src, "err", err)
+			return
+		}
+		hr := reply.GetHandoffReply()
+		if hr == nil {
+			return
+		}
+		if hr.Ok {
+			sl.mu.Lock()
+			eff := sl.m.Install(hr.Snapshot, src, true, time.Now())
+			sl.mu.Unlock()
+			s.log.Info("took region over", "region", c, "from", src, "epoch", hr.Snapshot.Epoch, "objects", len(hr.Snapshot.Objects))
+			s.run(c, sl, eff)
+			return
+		}
+		next, err := peer.IDFromBytes(hr.Redirect)
+		if err != nil || next == self || next == src {
+			s.log.Debug("hand-off refused", "region", c, "from", src, "reason", hr.Error)
+			return
+		}
+		if s.closer(c, next, self) {
+			s.nudge(next, c)
+			return
+		}
+		src = next
+	}
+}
+
+// serveHandoff answers a peer that wants to take region c over.
+func (s *Service) serveHandoff(from peer.ID, c Coord) *pb.HandoffReply {
+	self := s.h.ID()
+	sl := s.slot(c)
+	sl.mu.Lock()
+	role, coord := sl.m.role, sl.m.coordinator
+	sl.mu.Unlock()
+	ch := make(chan *pb.HandoffReply, 1)
+	give := func(r *pb.HandoffReply) { ch <- r }
+	switch role {
+	case pb.Role_ROLE_COORDINATOR:
+		if !s.closer(c, from, self) {
+			return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
+		}
+	case pb.Role_ROLE_REPLICA:
+		if coord != from && s.alive(coord) && s.probe(coord) {
+			return &pb.HandoffReply{Error: "the coordinator is alive", Redirect: []byte(coord)}
+		}
+		if !s.closer(c, from, self) {
+			s.startAcquire(c)
+			return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
+		}
+	default:
+		return &pb.HandoffReply{Error: "no state for region"}
+	}
+	sl.mu.Lock()
+	if sl.m.role != role || sl.m.coordinator != coord {
+		sl.mu.Unlock()
+		return &pb.HandoffReply{Error: "role changed; ask again"}
+	}
+	eff := sl.m.Handoff(from, give, time.Now())
+	sl.mu.Unlock()
+	s.run(c, sl, eff)
+	timer := time.NewTimer(s.cfg.RequestTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r
+	case <-timer.C:
+		return &pb.HandoffReply{Error: "hand-off still waiting for the replica"}
+	case <-s.ctx.Done():
+		return &pb.HandoffReply{Error: "shutting down"}
+	}
+}
+
+// rebuild recreates region c from the members' caches: the highest version
+// of each object wins. Updates acknowledged after the newest version any
+// member saw are lost, and the log says so.
+func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.ID) {
+	// The members are the peers subscribed to the region's event topic;
+	// gossipsub knows the subscriptions of every peer it is connected to.
+	var peers []peer.ID
+	for _, p := range s.n.PubSub().ListPeers(EventTopic(s.cfg.World, c)) {
+		if p != s.h.ID() && s.alive(p) && len(peers) < rebuildAsk {
+			peers = append(peers, p)
+		}
+	}
+	type cacheAnswer struct {
+		epoch uint64
+		objs  []*pb.Object
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	answers := []cacheAnswer{}
+	epoch, own := s.cacheOf(c)
+	answers = append(answers, cacheAnswer{epoch, own})
+	for _, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_CacheQuery{CacheQuery: &pb.CacheQuery{}}})
+			if err != nil {
+				return
+			}
+			if cr := reply.GetCacheReply(); cr != nil {
+				mu.Lock()
+				answers = append(answers, cacheAnswer{cr.Epoch, cr.Objects})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	merged := map[string]*pb.Object{}
+	var maxEpoch uint64
+	sources := 0
+	for _, a := range answers {
+		maxEpoch = max(maxEpoch, a.epoch)
+		if len(a.objs) > 0 {
+			sources++
+		}
+		for _, o := range a.objs {
+			if cur := merged[o.Id]; cur == nil || o.Version > cur.Version {
+				merged[o.Id] = o
+			}
+		}
+	}
+	ids := make([]string, 0, len(merged))
+	for id := range merged {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	if len(ids) > MaxObjectsInRegion {
+		ids = ids[:MaxObjectsInRegion]
+	}
+	snap := &pb.Snapshot{Epoch: maxEpoch + 1}
+	for _, id := range ids {
+		o := merged[id]
+		o.LockHolder, o.LockExpiresMs = nil, 0
+		snap.Objects = append(snap.Objects, o)
+	}
+	sl.mu.Lock()
+	if sl.m.role != pb.Role_ROLE_NONE {
+		sl.mu.Unlock()
+		return // someone handed us the state meanwhile
+	}
+	eff := sl.m.Install(snap, "", false, time.Now())
+	sl.mu.Unlock()
+	if maxEpoch == 0 && len(merged) == 0 {
+		s.log.Info("region created", "region", c, "asked", len(asked))
+	} else {
+		s.log.Warn("region rebuilt from members' caches after losing coordinator and replica; updates newer than the cached versions may be lost",
+			"region", c, "epoch", snap.Epoch, "objects", len(merged), "caches", sources, "members_asked", len(peers))
+	}
+	s.run(c, sl, eff)
+}

@@ -1,0 +1,272 @@
+package regions
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/overworld-p2p/overworld/regions/regionpb"
+)
+
+// Object is one shared object of a region as the game sees it.
+type Object struct {
+	ID      string
+	Value   []byte
+	Version uint64
+	// LockHolder holds the object's lock until LockExpires (zero: unlocked).
+	LockHolder  peer.ID
+	LockExpires time.Time
+}
+
+func objectFromPB(o *pb.Object) Object {
+	if o == nil {
+		return Object{}
+	}
+	out := Object{ID: o.Id, Value: append([]byte(nil), o.Value...), Version: o.Version}
+	if len(o.LockHolder) > 0 && o.LockExpiresMs > 0 {
+		out.LockHolder = peer.ID(o.LockHolder)
+		out.LockExpires = time.UnixMilli(o.LockExpiresMs)
+	}
+	return out
+}
+
+// Update is one batch of committed changes to a region, as published on
+// its event topic.
+type Update struct {
+	Region  Coord
+	Epoch   uint64
+	LeaseID uint64
+	Objects []Object
+}
+
+// Subscription delivers a region's committed updates. Updates arrive at
+// most once and may be missed (the topic is best effort); the member cache
+// behind it keeps the highest version of every object.
+type Subscription struct {
+	C      <-chan Update
+	c      chan Update
+	region Coord
+	s      *Service
+	once   sync.Once
+}
+
+// Close ends the subscription.
+func (sub *Subscription) Close() {
+	sub.once.Do(func() { sub.s.unsubscribe(sub) })
+}
+
+// regionTopic is this peer's membership of one region's event topic.
+type regionTopic struct {
+	topic *pubsub.Topic
+	sub   *pubsub.Subscription
+	stop  context.CancelFunc
+	subs  []*Subscription
+	// The member cache: highest version of each object seen.
+	epoch uint64
+	cache map[string]*pb.Object
+}
+
+// EventTopic is the name of region c's event topic.
+func EventTopic(world string, c Coord) string { return TopicPrefix(world, c) + "/events" }
+
+// joinTopic returns the region's topic, joining it (with its validator)
+// on first use. Caller holds s.mu.
+func (s *Service) joinTopicLocked(c Coord) (*regionTopic, error) {
+	if rt := s.topics[c]; rt != nil {
+		return rt, nil
+	}
+	name := EventTopic(s.cfg.World, c)
+	ps := s.n.PubSub()
+	want := c
+	if err := ps.RegisterTopicValidator(name, func(_ context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
+		ev, err := decodeEvent(m.Data)
+		if err != nil || ev.World != s.cfg.World || int(ev.X) != want.X || int(ev.Y) != want.Y {
+			return pubsub.ValidationReject
+		}
+		m.ValidatorData = ev
+		return pubsub.ValidationAccept
+	}); err != nil {
+		return nil, err
+	}
+	t, err := ps.Join(name)
+	if err != nil {
+		_ = ps.UnregisterTopicValidator(name)
+		return nil, err
+	}
+	rt := &regionTopic{topic: t, cache: map[string]*pb.Object{}}
+	s.topics[c] = rt
+	return rt, nil
+}
+
+func (s *Service) closeTopics() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c, rt := range s.topics {
+		if rt.stop != nil {
+			rt.stop()
+			rt.sub.Cancel()
+		}
+		for _, sub := range rt.subs {
+			close(sub.c)
+		}
+		_ = rt.topic.Close()
+		_ = s.n.PubSub().UnregisterTopicValidator(EventTopic(s.cfg.World, c))
+	}
+	s.topics = map[Coord]*regionTopic{}
+}
+
+// publish sends a committed batch to the region's members.
+func (s *Service) publish(c Coord, ev *pb.Event) {
+	ev.World, ev.X, ev.Y = s.cfg.World, int32(c.X), int32(c.Y)
+	s.mu.Lock()
+	if s.ctx.Err() != nil {
+		s.mu.Unlock()
+		return
+	}
+	rt, err := s.joinTopicLocked(c)
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Warn("join region topic", "region", c, "err", err)
+		return
+	}
+	const perEvent = 32 // keeps an event under the topic's size limit
+	for start := 0; start < len(ev.Entries); start += perEvent {
+		part := &pb.Event{World: ev.World, X: ev.X, Y: ev.Y, Epoch: ev.Epoch, LeaseId: ev.LeaseId,
+			Entries: ev.Entries[start:min(start+perEvent, len(ev.Entries))]}
+		data, err := proto.Marshal(part)
+		if err != nil {
+			s.log.Warn("encode region event", "region", c, "err", err)
+			return
+		}
+		if err := rt.topic.Publish(s.ctx, data); err != nil && s.ctx.Err() == nil {
+			s.log.Warn("publish region event", "region", c, "err", err)
+		}
+	}
+}
+
+// Subscribe makes this peer a member of region c: it receives the
+// region's committed updates and keeps a cache of its objects, from which
+// the region can be rebuilt if its coordinator and replica both fail.
+func (s *Service) Subscribe(c Coord) (*Subscription, error) {
+	if !s.cfg.Contains(c) {
+		return nil, errOutside(c, s.cfg)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return nil, context.Canceled
+	}
+	rt, err := s.joinTopicLocked(c)
+	if err != nil {
+		return nil, err
+	}
+	if rt.sub == nil {
+		sub, err := rt.topic.Subscribe(pubsub.WithBufferSize(256))
+		if err != nil {
+			return nil, err
+		}
+		ctx, stop := context.WithCancel(s.ctx)
+		rt.sub, rt.stop = sub, stop
+		s.spawn(func() { s.readEvents(ctx, c, sub) })
+	}
+	ch := make(chan Update, 256)
+	sub := &Subscription{C: ch, c: ch, region: c, s: s}
+	rt.subs = append(rt.subs, sub)
+	return sub, nil
+}
+
+func (s *Service) unsubscribe(sub *Subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rt := s.topics[sub.region]
+	if rt == nil {
+		return
+	}
+	for i, x := range rt.subs {
+		if x == sub {
+			rt.subs = append(rt.subs[:i], rt.subs[i+1:]...)
+			close(sub.c)
+			break
+		}
+	}
+	if len(rt.subs) == 0 && rt.sub != nil {
+		// Stay joined (coordinators publish here) but stop receiving;
+		// the cache is kept for rebuilds until the service closes.
+		rt.stop()
+		rt.sub.Cancel()
+		rt.sub, rt.stop = nil, nil
+	}
+}
+
+func (s *Service) readEvents(ctx context.Context, c Coord, sub *pubsub.Subscription) {
+	for {
+		msg, err := sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		ev, ok := msg.ValidatorData.(*pb.Event)
+		if !ok {
+			continue
+		}
+		s.absorb(c, ev.Epoch, ev.LeaseId, ev.Entries, true)
+	}
+}
+
+// absorb updates the member cache with objects and, for events, hands
+// them to the subscribers.
+func (s *Service) absorb(c Coord, epoch, leaseID uint64, entries []*pb.Entry, deliver bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rt := s.topics[c]
+	if rt == nil || rt.sub == nil {
+		return
+	}
+	rt.epoch = max(rt.epoch, epoch)
+	up := Update{Region: c, Epoch: epoch, LeaseID: leaseID}
+	for _, e := range entries {
+		if cur := rt.cache[e.Object.Id]; cur == nil || e.Object.Version >= cur.Version {
+			rt.cache[e.Object.Id] = proto.Clone(e.Object).(*pb.Object)
+		}
+		up.Objects = append(up.Objects, objectFromPB(e.Object))
+	}
+	if !deliver {
+		return
+	}
+	for _, sub := range rt.subs {
+		select {
+		case sub.c <- up:
+		default: // a slow reader misses updates; its cache does not
+		}
+	}
+}
+
+// cacheOf returns this member's cache of region c.
+func (s *Service) cacheOf(c Coord) (uint64, []*pb.Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rt := s.topics[c]
+	if rt == nil {
+		return 0, nil
+	}
+	out := make([]*pb.Object, 0, len(rt.cache))
+	for _, o := range rt.cache {
+		out = append(out, proto.Clone(o).(*pb.Object))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
+	return rt.epoch, out
+}
+
+// Cached returns this member's cached copy of region c's objects.
+func (s *Service) Cached(c Coord) []Object {
+	_, objs := s.cacheOf(c)
+	out := make([]Object, len(objs))
+	for i, o := range objs {
+		out[i] = objectFromPB(o)
+	}
+	return out
+}

@@ -1,0 +1,337 @@
+package regions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/overworld-p2p/overworld/node"
+)
+
+// cluster is a set of region peers on libp2p's in-memory network, plus one
+// bootstrap node that does not run the region protocol (as in production).
+type cluster struct {
+	t       *testing.T
+	mn      mocknet.Mocknet
+	cfg     Config
+	boot    *node.Node
+	mu      sync.Mutex
+	members []*member
+	port    int
+	hashes  hashCache
+}
+
+type member struct {
+	n   *node.Node
+	svc *Service
+	cl  *Client
+	up  bool
+}
+
+func (m *member) id() peer.ID { return m.n.ID() }
+
+func testLogger() *slog.Logger {
+	if os.Getenv("REGIONS_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func newCluster(t testing.TB, peers int, latency time.Duration, cfg Config) *cluster {
+	tt, _ := t.(*testing.T)
+	cl := &cluster{t: tt, mn: mocknet.New(), cfg: cfg}
+	cl.mn.SetLinkDefaults(mocknet.LinkOptions{Latency: latency})
+	t.Cleanup(func() { cl.close() })
+	h, err := cl.mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl.boot, err = node.New(ctx, node.WithHost(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < peers; i++ {
+		cl.add(t, nil)
+	}
+	return cl
+}
+
+// add starts a region peer, with the given identity if key is not nil.
+func (cl *cluster) add(t testing.TB, key crypto.PrivKey) *member {
+	t.Helper()
+	var err error
+	if key == nil {
+		key, _, err = crypto.GenerateEd25519Key(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.mu.Lock()
+	cl.port++
+	addr := ma.StringCast(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", 10000+cl.port))
+	cl.mu.Unlock()
+	h, err := cl.mn.AddPeer(key, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range cl.mn.Peers() {
+		if other != h.ID() {
+			if _, err := cl.mn.LinkPeers(h.ID(), other); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := node.New(ctx, node.WithHost(h), node.WithBootstrapPeers(cl.boot.AddrInfo()),
+		node.WithBootstrapBackoff(node.Backoff{Initial: 20 * time.Millisecond, Max: time.Second, Jitter: 0.2}),
+		node.WithLogger(testLogger().With("peer", h.ID().ShortString())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cl.cfg
+	cfg.Logger = testLogger().With("peer", h.ID().ShortString())
+	svc, err := New(n, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &member{n: n, svc: svc, cl: svc.Client(), up: true}
+	cl.mu.Lock()
+	cl.members = append(cl.members, m)
+	cl.mu.Unlock()
+	return m
+}
+
+func (m *member) stop() {
+	m.up = false
+	m.svc.Close()
+	m.n.Close()
+}
+
+func (cl *cluster) close() {
+	var wg sync.WaitGroup
+	for _, m := range cl.live() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.stop()
+		}()
+	}
+	wg.Wait()
+	cl.boot.Close()
+	cl.mn.Close()
+}
+
+func (cl *cluster) live() []*member {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	var out []*member
+	for _, m := range cl.members {
+		if m.up {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (cl *cluster) byID(p peer.ID) *member {
+	for _, m := range cl.live() {
+		if m.id() == p {
+			return m
+		}
+	}
+	return nil
+}
+
+// truth is the placement over every live region peer.
+func (cl *cluster) truth(c Coord) (peer.ID, peer.ID) {
+	var ids []peer.ID
+	for _, m := range cl.live() {
+		ids = append(ids, m.id())
+	}
+	order := cl.hashes.sortByDistance(Key(cl.cfg.World, c), ids)
+	return order[0], order[1]
+}
+
+func (cl *cluster) regions() []Coord {
+	var out []Coord
+	for y := 0; y < cl.cfg.Height; y++ {
+		for x := 0; x < cl.cfg.Width; x++ {
+			out = append(out, Coord{x, y})
+		}
+	}
+	return out
+}
+
+// settle waits until every live peer names the true coordinator and
+// replica of every region. A peer that disagrees about a region looks the
+// region up on the DHT (as acquiring a region does), which fills its view.
+func (cl *cluster) settle(t testing.TB, within time.Duration) time.Duration {
+	t.Helper()
+	within *= slowdown
+	start := time.Now()
+	for {
+		var wrong []string
+		todo := map[*member]Coord{}
+		truth := map[Coord][2]peer.ID{}
+		for _, c := range cl.regions() {
+			co, re := cl.truth(c)
+			truth[c] = [2]peer.ID{co, re}
+		}
+		for _, m := range cl.live() {
+			for _, c := range cl.regions() {
+				wantC, wantR := truth[c][0], truth[c][1]
+				gotC, gotR := m.svc.Coordinator(c)
+				if gotC == wantC && gotR == wantR {
+					continue
+				}
+				wrong = append(wrong, fmt.Sprintf("peer %s: region %s placement %s/%s, want %s/%s",
+					m.id().ShortString(), c, gotC.ShortString(), gotR.ShortString(), wantC.ShortString(), wantR.ShortString()))
+				if _, ok := todo[m]; !ok {
+					todo[m] = c
+				}
+			}
+		}
+		if len(wrong) == 0 {
+			return time.Since(start)
+		}
+		if os.Getenv("REGIONS_SETTLE_DEBUG") != "" {
+			t.Logf("%s: %d disagreements over %d peers, e.g. %s", time.Since(start).Round(time.Millisecond), len(wrong), len(todo), wrong[0])
+		}
+		if time.Since(start) > within {
+			t.Fatalf("placement not agreed after %s (%d disagreements), first: %s", within, len(wrong), wrong[0])
+		}
+		if time.Since(start) < 3*time.Second {
+			// Give the DHT's own refreshes a chance first.
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 4)
+		for m, c := range todo {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_, _, _ = m.svc.Locate(ctx, c)
+			}()
+		}
+		wg.Wait()
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	within *= slowdown
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func testConfig(w, h int) Config {
+	return Config{World: "test", Width: w, Height: h, RequestTimeout: slowdown * 3 * time.Second, ProbeTimeout: slowdown * time.Second,
+		MaintainEvery: 200 * time.Millisecond}
+}
+
+func TestSmallClusterBasics(t *testing.T) {
+	cfg := testConfig(2, 2)
+	var rolesMu sync.Mutex
+	roles := map[Role]int{}
+	cfg.OnRoleChange = func(c Coord, r Role) {
+		if c == (Coord{1, 1}) {
+			rolesMu.Lock()
+			roles[r]++
+			rolesMu.Unlock()
+		}
+	}
+	cl := newCluster(t, 6, time.Millisecond, cfg)
+	d := cl.settle(t, 30*time.Second)
+	t.Logf("placement settled in %s", d)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := Coord{1, 1}
+	a, b := cl.members[0], cl.members[3]
+	o, err := a.cl.Initialize(ctx, c, "apple", []byte("5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Version != 1 {
+		t.Fatalf("version %d after initialize", o.Version)
+	}
+	o, err = b.cl.ReadWrite(ctx, c, "apple", 1, []byte("4"))
+	if err != nil || o.Version != 2 {
+		t.Fatalf("read-write: %v %+v", err, o)
+	}
+	_, err = a.cl.ReadWrite(ctx, c, "apple", 1, []byte("3"))
+	var ce *ConflictError
+	if !asConflict(err, &ce) || ce.Current.Version != 2 || string(ce.Current.Value) != "4" {
+		t.Fatalf("stale read-write: %v", err)
+	}
+	st, err := b.cl.Get(ctx, c)
+	if err != nil || len(st.Objects) != 1 || string(st.Objects[0].Value) != "4" {
+		t.Fatalf("get: %v %+v", err, st)
+	}
+	// Kill the coordinator: the replica takes over with the object.
+	coord, _ := cl.truth(c)
+	cl.byID(coord).stop()
+	var user *member
+	for _, m := range cl.live() {
+		user = m
+	}
+	start := time.Now()
+	st, err = user.cl.Get(ctx, c)
+	if err != nil || len(st.Objects) != 1 || string(st.Objects[0].Value) != "4" || st.Objects[0].Version != 2 {
+		t.Fatalf("get after fail-over: %v %+v", err, st)
+	}
+	t.Logf("fail-over took %s", time.Since(start))
+	// The replica that took over and its new replica say so through
+	// OnRoleChange.
+	waitUntil(t, 10*time.Second, "role changes reported", func() bool {
+		rolesMu.Lock()
+		defer rolesMu.Unlock()
+		return roles[RoleCoordinator] >= 1 && roles[RoleReplica] >= 1
+	})
+}
+
+func TestSortByDistanceMatchesTheDHT(t *testing.T) {
+	var h hashCache
+	var ids []peer.ID
+	for i := 0; i < 50; i++ {
+		k, _, _ := crypto.GenerateEd25519Key(nil)
+		id, _ := peer.IDFromPrivateKey(k)
+		ids = append(ids, id)
+	}
+	for i := 0; i < 20; i++ {
+		key := Key("w", Coord{i, i * 3})
+		want := node.SortByDistance(key, append([]peer.ID(nil), ids...))
+		got := h.sortByDistance(key, append([]peer.ID(nil), ids...))
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("key %s: order differs from the DHT's", key)
+		}
+		if !h.closer(key, want[0], want[1]) || h.closer(key, want[1], want[0]) {
+			t.Fatalf("closer disagrees with the order")
+		}
+	}
+}
+
+func asConflict(err error, target **ConflictError) bool { return errors.As(err, target) }

@@ -1,0 +1,560 @@
+package regions
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/overworld-p2p/overworld/regions/regionpb"
+)
+
+// machine is one region's replication and ordering logic at one peer: a
+// deterministic state machine with no network, clock or goroutine of its
+// own. The Service feeds it requests, replica acknowledgements and the
+// current time, and carries out the effects it returns (answers to send,
+// a message to the replica, an event to publish, old replicas to retire).
+//
+// As coordinator it keeps the region's FIFO queue and evaluates requests
+// in order against the objects, a batch at a time. A batch's changes are
+// applied at once but answered only when the replica acknowledges them, so
+// every acknowledged update exists on two peers. As replica it applies what
+// its coordinator sends, in sequence. Epochs order coordinators: each new
+// coordinator of a region has a higher epoch than the one before, and a
+// replica refuses a lower one, which stops a deposed coordinator.
+type machine struct {
+	self   peer.ID
+	region Coord
+	mapper func(Coord) []byte
+	gate   CommitGate
+	log    *slog.Logger
+
+	role        pb.Role
+	epoch       uint64
+	seq         uint64
+	objects     map[string]*pb.Object
+	done        doneLog
+	coordinator peer.ID // whom we replicate, as replica
+
+	// Coordinator side.
+	replica       peer.ID // "" when alone
+	replicaSynced bool
+	outstanding   bool   // a Replicate awaits the replica's ack
+	outSeq        uint64 // seq covered by the outstanding message
+	inflight      []answer
+	inflightEnts  []*pb.Entry
+	inflightLease uint64
+	queue         []*pending
+	handoffTo     peer.ID
+	handoffReply  func(*pb.HandoffReply)
+}
+
+// pending is a queued request and where its answer goes.
+type pending struct {
+	from  peer.ID // the player: lock holder and lock checks
+	req   *pb.Request
+	reply func(*pb.Reply)
+}
+
+type answer struct {
+	reply func(*pb.Reply)
+	r     *pb.Reply
+}
+
+type outbound struct {
+	to  peer.ID
+	msg *pb.Replicate
+}
+
+type retirement struct {
+	to    peer.ID
+	epoch uint64
+}
+
+// effects is what a machine step asks the transport to do, in order:
+// send answers, then the replica message, then publish, then retire.
+type effects struct {
+	answers      []answer
+	send         *outbound
+	publish      *pb.Event
+	retire       []retirement
+	handoff      func(*pb.HandoffReply)
+	handoffReply *pb.HandoffReply
+	// needReplica: the machine is coordinator and has no replica; the
+	// transport should call SetReplica with the best live candidate.
+	needReplica bool
+}
+
+func (e *effects) merge(o effects) {
+	e.answers = append(e.answers, o.answers...)
+	if o.send != nil {
+		e.send = o.send
+	}
+	if o.publish != nil {
+		if e.publish == nil {
+			e.publish = o.publish
+		} else {
+			e.publish.Entries = append(e.publish.Entries, o.publish.Entries...)
+		}
+	}
+	e.retire = append(e.retire, o.retire...)
+	if o.handoff != nil {
+		e.handoff, e.handoffReply = o.handoff, o.handoffReply
+	}
+	e.needReplica = e.needReplica || o.needReplica
+}
+
+// maxBatch bounds the requests evaluated into one replica round trip.
+const maxBatch = 64
+
+func newMachine(self peer.ID, region Coord, gate CommitGate, mapper func(Coord) []byte, log *slog.Logger) *machine {
+	return &machine{
+		self: self, region: region, gate: gate, mapper: mapper, log: log,
+		objects: map[string]*pb.Object{},
+		done:    newDoneLog(maxDone),
+	}
+}
+
+// doneLog remembers the outcomes of the last committed requests, oldest
+// forgotten first.
+type doneLog struct {
+	max   int
+	order []string
+	byID  map[string]*pb.Done
+}
+
+func newDoneLog(max int) doneLog { return doneLog{max: max, byID: map[string]*pb.Done{}} }
+
+func (d *doneLog) add(rec *pb.Done) {
+	k := string(rec.RequestId)
+	if _, ok := d.byID[k]; ok {
+		return
+	}
+	d.byID[k] = rec
+	d.order = append(d.order, k)
+	for len(d.order) > d.max {
+		delete(d.byID, d.order[0])
+		d.order = d.order[1:]
+	}
+}
+
+func (d *doneLog) get(id []byte) *pb.Done { return d.byID[string(id)] }
+
+func (d *doneLog) list() []*pb.Done {
+	out := make([]*pb.Done, len(d.order))
+	for i, k := range d.order {
+		out[i] = d.byID[k]
+	}
+	return out
+}
+
+// snapshot is the region's whole state, objects sorted by ID.
+func (m *machine) snapshot() *pb.Snapshot {
+	s := &pb.Snapshot{Epoch: m.epoch, Seq: m.seq, Objects: m.sortedObjects()}
+	for _, d := range m.done.list() {
+		s.Done = append(s.Done, proto.Clone(d).(*pb.Done))
+	}
+	return s
+}
+
+func (m *machine) sortedObjects() []*pb.Object {
+	ids := make([]string, 0, len(m.objects))
+	for id := range m.objects {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]*pb.Object, len(ids))
+	for i, id := range ids {
+		out[i] = proto.Clone(m.objects[id]).(*pb.Object)
+	}
+	return out
+}
+
+func (m *machine) load(s *pb.Snapshot) {
+	m.epoch, m.seq = s.Epoch, s.Seq
+	m.objects = make(map[string]*pb.Object, len(s.Objects))
+	for _, o := range s.Objects {
+		m.objects[o.Id] = proto.Clone(o).(*pb.Object)
+	}
+	m.done = newDoneLog(maxDone)
+	for _, d := range s.Done {
+		m.done.add(proto.Clone(d).(*pb.Done))
+	}
+}
+
+func (m *machine) clear() {
+	m.role = pb.Role_ROLE_NONE
+	m.coordinator, m.replica = "", ""
+	m.replicaSynced, m.outstanding = false, false
+	m.objects = map[string]*pb.Object{}
+	m.done = newDoneLog(maxDone)
+	m.inflight, m.inflightEnts = nil, nil
+	m.seq = 0
+}
+
+func (m *machine) info() *pb.InfoReply {
+	r := &pb.InfoReply{Role: m.role, Epoch: m.epoch, Seq: m.seq}
+	if m.role == pb.Role_ROLE_REPLICA {
+		r.Coordinator = []byte(m.coordinator)
+	}
+	return r
+}
+
+func redirectReply(to peer.ID) *pb.Reply {
+	if to == "" {
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "no coordinator known"}
+	}
+	return &pb.Reply{Status: pb.Status_STATUS_REDIRECT, Redirect: []byte(to)}
+}
+
+// Submit queues a request. Only a coordinator accepts; others redirect.
+func (m *machine) Submit(p *pending, now time.Time) effects {
+	switch m.role {
+	case pb.Role_ROLE_COORDINATOR:
+		if m.handoffTo != "" {
+			return effects{answers: []answer{{p.reply, redirectReply(m.handoffTo)}}}
+		}
+		m.queue = append(m.queue, p)
+		return m.pump(now)
+	case pb.Role_ROLE_REPLICA:
+		return effects{answers: []answer{{p.reply, redirectReply(m.coordinator)}}}
+	default:
+		return effects{answers: []answer{{p.reply, redirectReply("")}}}
+	}
+}
+
+// pump moves the queue forward as far as the replica allows.
+func (m *machine) pump(now time.Time) (eff effects) {
+	if m.role != pb.Role_ROLE_COORDINATOR {
+		return eff
+	}
+	for !m.outstanding {
+		if m.replica != "" && !m.replicaSynced {
+			m.outstanding, m.outSeq = true, m.seq
+			eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Snapshot: m.snapshot()}}
+			return eff
+		}
+		if len(m.inflightEnts) > 0 {
+			if m.replica == "" {
+				eff.merge(m.commit())
+				continue
+			}
+			m.outstanding, m.outSeq = true, m.seq
+			eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Entries: m.inflightEnts}}
+			return eff
+		}
+		eff.answers = append(eff.answers, m.inflight...)
+		m.inflight = nil
+		if m.handoffTo != "" {
+			eff.merge(m.giveAway())
+			return eff
+		}
+		if len(m.queue) == 0 {
+			return eff
+		}
+		m.formBatch(now)
+	}
+	return eff
+}
+
+// formBatch evaluates the head of the queue in order.
+func (m *machine) formBatch(now time.Time) {
+	n := min(len(m.queue), maxBatch)
+	batch := m.queue[:n]
+	m.queue = append([]*pending(nil), m.queue[n:]...)
+	leaseID, allowed := m.gate.Allowed(m.region)
+	m.inflightLease = leaseID
+	for _, p := range batch {
+		r, e := m.evaluate(p, now, leaseID, allowed)
+		m.inflight = append(m.inflight, answer{p.reply, r})
+		if e != nil {
+			m.inflightEnts = append(m.inflightEnts, e)
+		}
+	}
+}
+
+func (m *machine) lockedByOther(o *pb.Object, who peer.ID, nowMs int64) bool {
+	return o != nil && len(o.LockHolder) > 0 && o.LockExpiresMs > nowMs && !bytes.Equal(o.LockHolder, []byte(who))
+}
+
+// evaluate decides one request against the current objects and, for a
+// change, applies it and returns the entry that records it.
+func (m *machine) evaluate(p *pending, now time.Time, leaseID uint64, allowed bool) (*pb.Reply, *pb.Entry) {
+	req := p.req
+	if d := m.done.get(req.RequestId); d != nil {
+		// A retry of a committed request: the same answer, applied once.
+		return &pb.Reply{Status: d.Status, Epoch: m.epoch, Object: &pb.Object{
+			Id: req.ObjectId, Version: d.Version, LockExpiresMs: d.LockExpiresMs,
+			LockHolder: lockHolderFor(d, p.from),
+		}}, nil
+	}
+	if req.Op == pb.Op_OP_GET {
+		r := &pb.Reply{Status: pb.Status_STATUS_OK, Objects: m.sortedObjects(), Epoch: m.epoch}
+		if m.mapper != nil {
+			if r.Map = m.mapper(m.region); len(r.Map) > MaxMapSize {
+				m.log.Error("region map over the size limit; not served", "region", m.region, "bytes", len(r.Map), "limit", MaxMapSize)
+				r.Map = nil
+			}
+		}
+		return r, nil
+	}
+	if !allowed {
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: fmt.Sprintf("region %s: no commit lease", m.region)}, nil
+	}
+	nowMs := now.UnixMilli()
+	cur := m.objects[req.ObjectId]
+	current := func() *pb.Object {
+		if cur == nil {
+			return &pb.Object{Id: req.ObjectId}
+		}
+		return proto.Clone(cur).(*pb.Object)
+	}
+	if cur == nil && req.Op != pb.Op_OP_RELEASE && len(m.objects) >= MaxObjectsInRegion {
+		return &pb.Reply{Status: pb.Status_STATUS_BAD_REQUEST, Error: fmt.Sprintf("region %s holds %d objects already", m.region, MaxObjectsInRegion)}, nil
+	}
+	if m.lockedByOther(cur, p.from, nowMs) {
+		return &pb.Reply{Status: pb.Status_STATUS_LOCKED, Object: current(), Epoch: m.epoch}, nil
+	}
+	next := current()
+	switch req.Op {
+	case pb.Op_OP_INITIALIZE:
+		next.Value, next.Version = append([]byte(nil), req.Value...), next.Version+1
+	case pb.Op_OP_READ_WRITE:
+		if req.ReadVersion != next.Version {
+			return &pb.Reply{Status: pb.Status_STATUS_CONFLICT, Object: next, Epoch: m.epoch}, nil
+		}
+		next.Value, next.Version = append([]byte(nil), req.Value...), next.Version+1
+	case pb.Op_OP_LOCK:
+		next.LockHolder, next.LockExpiresMs = []byte(p.from), nowMs+int64(req.LockTtlMs)
+	case pb.Op_OP_RELEASE:
+		if cur == nil || len(cur.LockHolder) == 0 || cur.LockExpiresMs <= nowMs {
+			return &pb.Reply{Status: pb.Status_STATUS_OK, Object: current(), Epoch: m.epoch}, nil
+		}
+		next.LockHolder, next.LockExpiresMs = nil, 0
+	}
+	m.seq++
+	done := &pb.Done{RequestId: req.RequestId, Status: pb.Status_STATUS_OK, Version: next.Version, LockExpiresMs: next.LockExpiresMs}
+	entry := &pb.Entry{Seq: m.seq, Object: next, Done: done, LeaseId: leaseID}
+	m.apply(entry)
+	return &pb.Reply{Status: pb.Status_STATUS_OK, Object: proto.Clone(next).(*pb.Object), Epoch: m.epoch}, entry
+}
+
+func lockHolderFor(d *pb.Done, from peer.ID) []byte {
+	if d.LockExpiresMs != 0 {
+		return []byte(from)
+	}
+	return nil
+}
+
+func (m *machine) apply(e *pb.Entry) {
+	m.objects[e.Object.Id] = proto.Clone(e.Object).(*pb.Object)
+	m.done.add(proto.Clone(e.Done).(*pb.Done))
+	m.seq = e.Seq
+}
+
+// commit answers the in-flight batch and publishes its entries: the
+// replica holds them now (or there is no replica to hold them).
+func (m *machine) commit() (eff effects) {
+	eff.answers = m.inflight
+	if len(m.inflightEnts) > 0 {
+		eff.publish = &pb.Event{Epoch: m.epoch, LeaseId: m.inflightLease, Entries: m.inflightEnts}
+	}
+	m.inflight, m.inflightEnts = nil, nil
+	return eff
+}
+
+// ReplicaAck handles the replica's answer to the outstanding message.
+func (m *machine) ReplicaAck(from peer.ID, a *pb.ReplicateAck, now time.Time) effects {
+	if m.role != pb.Role_ROLE_COORDINATOR || !m.outstanding || from != m.replica {
+		return effects{}
+	}
+	m.outstanding = false
+	switch {
+	case a.Ok && a.Seq >= m.outSeq:
+		m.replicaSynced = true
+		eff := m.commit()
+		eff.merge(m.pump(now))
+		return eff
+	case a.Stale && a.Epoch >= m.epoch:
+		next := peer.ID("")
+		if id, err := peer.IDFromBytes(a.Coordinator); err == nil {
+			next = id
+		}
+		m.log.Warn("deposed: replica knows a newer coordinator", "region", m.region, "epoch", m.epoch, "their_epoch", a.Epoch, "coordinator", next)
+		return m.stepDown(next)
+	default:
+		m.replicaSynced = false
+		return m.pump(now)
+	}
+}
+
+// ReplicaFailed reports that the replica could not be reached; next is the
+// best live candidate to replace it ("" for none).
+func (m *machine) ReplicaFailed(failed, next peer.ID, now time.Time) effects {
+	if m.role != pb.Role_ROLE_COORDINATOR || failed != m.replica {
+		return effects{}
+	}
+	m.outstanding = false
+	m.replica, m.replicaSynced = "", false
+	return m.SetReplica(next, now)
+}
+
+// SetReplica makes p the replica; a new replica first gets a snapshot,
+// and the old one is told to retire.
+func (m *machine) SetReplica(p peer.ID, now time.Time) (eff effects) {
+	if m.role != pb.Role_ROLE_COORDINATOR || p == m.self || p == m.replica {
+		return m.pump(now)
+	}
+	if m.outstanding {
+		return eff // decide again when the outstanding message resolves
+	}
+	if m.replica != "" {
+		eff.retire = append(eff.retire, retirement{to: m.replica, epoch: m.epoch})
+	}
+	if p == "" {
+		m.log.Warn("coordinating without a replica", "region", m.region, "epoch", m.epoch)
+	}
+	m.replica, m.replicaSynced = p, false
+	eff.merge(m.pump(now))
+	return eff
+}
+
+// stepDown ends this peer's coordination: everything not yet acknowledged
+// is answered with a redirect, and the state is dropped.
+func (m *machine) stepDown(to peer.ID) (eff effects) {
+	for _, a := range m.inflight {
+		eff.answers = append(eff.answers, answer{a.reply, redirectReply(to)})
+	}
+	for _, p := range m.queue {
+		eff.answers = append(eff.answers, answer{p.reply, redirectReply(to)})
+	}
+	if m.handoffReply != nil {
+		eff.handoff, eff.handoffReply = m.handoffReply, &pb.HandoffReply{Redirect: []byte(to), Error: "deposed"}
+	}
+	m.queue, m.handoffTo, m.handoffReply = nil, "", nil
+	m.clear()
+	return eff
+}
+
+// Replicate applies a coordinator's message as replica and returns the ack.
+func (m *machine) Replicate(from peer.ID, r *pb.Replicate) (*pb.ReplicateAck, effects) {
+	var eff effects
+	stale := func() *pb.ReplicateAck {
+		who := m.coordinator
+		if m.role == pb.Role_ROLE_COORDINATOR {
+			who = m.self
+		}
+		return &pb.ReplicateAck{Stale: true, Epoch: m.epoch, Coordinator: []byte(who)}
+	}
+	if r.Snapshot != nil {
+		if m.role == pb.Role_ROLE_COORDINATOR && m.epoch >= r.Epoch {
+			return stale(), eff
+		}
+		if m.role == pb.Role_ROLE_REPLICA && m.epoch > r.Epoch {
+			return stale(), eff
+		}
+		if m.role == pb.Role_ROLE_COORDINATOR {
+			m.log.Warn("deposed by a newer coordinator's snapshot", "region", m.region, "epoch", m.epoch, "their_epoch", r.Epoch, "coordinator", from)
+			eff = m.stepDown(from)
+		}
+		m.load(r.Snapshot)
+		m.role, m.coordinator = pb.Role_ROLE_REPLICA, from
+		return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
+	}
+	if m.epoch > r.Epoch || (m.epoch == r.Epoch && m.role == pb.Role_ROLE_COORDINATOR) {
+		return stale(), eff
+	}
+	if m.role != pb.Role_ROLE_REPLICA || m.epoch < r.Epoch || m.coordinator != from {
+		return &pb.ReplicateAck{Epoch: m.epoch}, eff
+	}
+	for _, e := range r.Entries {
+		if e.Seq <= m.seq {
+			continue // already applied: a resend after a lost ack
+		}
+		if e.Seq != m.seq+1 {
+			return &pb.ReplicateAck{Epoch: m.epoch, Seq: m.seq}, eff
+		}
+		m.apply(e)
+	}
+	return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
+}
+
+// TakeOver makes a replica whose coordinator is gone the coordinator, in a
+// new epoch; the transport then gives it a replica.
+func (m *machine) TakeOver(now time.Time) effects {
+	if m.role != pb.Role_ROLE_REPLICA {
+		return effects{}
+	}
+	m.log.Info("taking over region", "region", m.region, "old_coordinator", m.coordinator, "epoch", m.epoch+1, "objects", len(m.objects))
+	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
+	m.epoch++
+	m.replica, m.replicaSynced, m.outstanding = "", false, false
+	eff := m.pump(now)
+	eff.needReplica = true
+	return eff
+}
+
+// Install makes this peer coordinator with s, received in a hand-off or
+// rebuilt from caches. replica already holds s when synced.
+func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, now time.Time) effects {
+	m.load(s)
+	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
+	m.replica, m.replicaSynced, m.outstanding = replica, synced && replica != "", false
+	eff := m.pump(now)
+	if replica == "" {
+		eff.needReplica = true
+	}
+	return eff
+}
+
+// Handoff asks this coordinator to pass the region to a closer peer. It
+// happens between batches: the snapshot holds everything acknowledged.
+func (m *machine) Handoff(to peer.ID, reply func(*pb.HandoffReply), now time.Time) effects {
+	switch {
+	case m.role == pb.Role_ROLE_REPLICA:
+		// The coordinator is gone (the transport checked): pass our copy on.
+		m.epoch++
+		snap := m.snapshot()
+		m.coordinator = to
+		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap}}
+	case m.role != pb.Role_ROLE_COORDINATOR:
+		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Error: "no state for region"}}
+	case m.handoffTo != "":
+		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(m.handoffTo)}}
+	}
+	m.handoffTo, m.handoffReply = to, reply
+	return m.pump(now)
+}
+
+// giveAway completes a hand-off: the new coordinator gets the state in a
+// new epoch, this peer becomes its replica, the old replica retires.
+func (m *machine) giveAway() (eff effects) {
+	to, reply := m.handoffTo, m.handoffReply
+	m.handoffTo, m.handoffReply = "", nil
+	m.epoch++
+	snap := m.snapshot()
+	if m.replica != "" && m.replica != to {
+		eff.retire = append(eff.retire, retirement{to: m.replica, epoch: m.epoch})
+	}
+	for _, p := range m.queue {
+		eff.answers = append(eff.answers, answer{p.reply, redirectReply(to)})
+	}
+	m.queue = nil
+	m.role, m.coordinator = pb.Role_ROLE_REPLICA, to
+	m.replica, m.replicaSynced, m.outstanding = "", false, false
+	m.log.Info("handed region over", "region", m.region, "to", to, "epoch", m.epoch, "objects", len(m.objects))
+	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap}
+	return eff
+}
+
+// Retire drops a replica's copy when its coordinator no longer needs it.
+func (m *machine) Retire(from peer.ID, epoch uint64) {
+	if m.role == pb.Role_ROLE_REPLICA && from == m.coordinator && epoch >= m.epoch {
+		m.log.Debug("replica retired", "region", m.region, "by", from, "epoch", epoch)
+		m.clear()
+	}
+}

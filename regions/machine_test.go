@@ -1,0 +1,354 @@
+package regions
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	pb "github.com/overworld-p2p/overworld/regions/regionpb"
+)
+
+var (
+	peerA = testPeer(1)
+	peerB = testPeer(2)
+	peerC = testPeer(3)
+	alice = testPeer(4)
+	bob   = testPeer(5)
+	t0    = time.Unix(1_700_000_000, 0)
+)
+
+// testPeer is a fixed, valid peer ID.
+func testPeer(n byte) peer.ID {
+	seed := make([]byte, ed25519.SeedSize)
+	seed[0] = n
+	key, err := crypto.UnmarshalEd25519PrivateKey(ed25519.NewKeyFromSeed(seed))
+	if err != nil {
+		panic(err)
+	}
+	id, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		panic(err)
+	}
+	return id
+}
+
+func newTestMachine(self peer.ID) *machine {
+	return newMachine(self, Coord{1, 2}, AllowAll, nil, slog.New(slog.DiscardHandler))
+}
+
+// replies collects the answers a machine gives.
+type replies struct{ got map[string]*pb.Reply }
+
+func (r *replies) to(name string) func(*pb.Reply) {
+	if r.got == nil {
+		r.got = map[string]*pb.Reply{}
+	}
+	return func(rep *pb.Reply) { r.got[name] = rep }
+}
+
+func reqID(n byte) []byte {
+	id := make([]byte, requestIDLen)
+	id[0] = n
+	return id
+}
+
+func rw(n byte, obj string, read uint64, val string) *pb.Request {
+	return &pb.Request{RequestId: reqID(n), Op: pb.Op_OP_READ_WRITE, ObjectId: obj, ReadVersion: read, Value: []byte(val)}
+}
+
+// pair is a coordinator with a replica, wired by hand.
+func pair(t *testing.T) (co, re *machine) {
+	co, re = newTestMachine(peerA), newTestMachine(peerB)
+	co.role, co.epoch = pb.Role_ROLE_COORDINATOR, 1
+	eff := co.SetReplica(peerB, t0)
+	deliver(t, co, re, eff)
+	return co, re
+}
+
+// deliver carries a coordinator's replica message to re and the ack back,
+// until nothing is outstanding; it returns the effects seen on the way.
+func deliver(t *testing.T, co, re *machine, eff effects) effects {
+	t.Helper()
+	all := eff
+	for eff.send != nil {
+		if eff.send.to != re.self {
+			t.Fatalf("replica message to %s, want %s", eff.send.to, re.self)
+		}
+		if err := validateReplicate(eff.send.msg); err != nil {
+			t.Fatalf("machine produced an invalid message: %v", err)
+		}
+		ack, _ := re.Replicate(co.self, eff.send.msg)
+		eff = co.ReplicaAck(re.self, ack, t0)
+		all.merge(eff)
+	}
+	return all
+}
+
+func TestAcknowledgedOnlyAfterReplicaHoldsIt(t *testing.T) {
+	co, re := pair(t)
+	var r replies
+	eff := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "10"), reply: r.to("first")}, t0)
+	for _, a := range eff.answers {
+		a.reply(a.r)
+	}
+	if r.got["first"] != nil {
+		t.Fatal("answered before the replica acknowledged")
+	}
+	if eff.send == nil || len(eff.send.msg.Entries) != 1 {
+		t.Fatalf("want one entry sent to the replica, got %+v", eff.send)
+	}
+	all := deliver(t, co, re, eff)
+	for _, a := range all.answers {
+		a.reply(a.r)
+	}
+	got := r.got["first"]
+	if got == nil || got.Status != pb.Status_STATUS_OK || got.Object.Version != 1 {
+		t.Fatalf("reply %v", got)
+	}
+	if all.publish == nil || len(all.publish.Entries) != 1 {
+		t.Fatal("commit not published")
+	}
+	if re.objects["food"] == nil || string(re.objects["food"].Value) != "10" {
+		t.Fatal("replica does not hold the update")
+	}
+}
+
+func TestConflictCarriesCurrentValue(t *testing.T) {
+	co, re := pair(t)
+	var r replies
+	deliver(t, co, re, co.Submit(&pending{from: alice, req: rw(1, "food", 0, "10"), reply: r.to("a")}, t0))
+	eff := co.Submit(&pending{from: bob, req: rw(2, "food", 0, "99"), reply: r.to("b")}, t0)
+	if eff.send != nil {
+		t.Fatal("a rejection was sent to the replica")
+	}
+	for _, a := range eff.answers {
+		a.reply(a.r)
+	}
+	got := r.got["b"]
+	if got.Status != pb.Status_STATUS_CONFLICT || got.Object.Version != 1 || string(got.Object.Value) != "10" {
+		t.Fatalf("conflict reply %v", got)
+	}
+}
+
+func TestRetryIsAppliedOnce(t *testing.T) {
+	co, re := pair(t)
+	var r replies
+	deliver(t, co, re, co.Submit(&pending{from: alice, req: rw(7, "food", 0, "1"), reply: r.to("a")}, t0))
+	all := deliver(t, co, re, co.Submit(&pending{from: alice, req: rw(7, "food", 0, "1"), reply: r.to("retry")}, t0))
+	for _, a := range all.answers {
+		a.reply(a.r)
+	}
+	if got := r.got["retry"]; got.Status != pb.Status_STATUS_OK || got.Object.Version != 1 {
+		t.Fatalf("retry answered %v, want the first answer", got)
+	}
+	if co.seq != 1 || re.seq != 1 {
+		t.Fatalf("seq %d/%d after a retry, want 1", co.seq, re.seq)
+	}
+	// The replica remembers it too: after a take-over the retry is still
+	// recognised.
+	re.TakeOver(t0)
+	r2 := replies{}
+	eff := re.SetReplica("", t0)
+	eff.merge(re.Submit(&pending{from: alice, req: rw(7, "food", 0, "1"), reply: r2.to("again")}, t0))
+	for _, a := range eff.answers {
+		a.reply(a.r)
+	}
+	if got := r2.got["again"]; got == nil || got.Status != pb.Status_STATUS_OK || got.Object.Version != 1 {
+		t.Fatalf("retry after take-over answered %v", got)
+	}
+}
+
+func TestLocks(t *testing.T) {
+	co, re := pair(t)
+	var r replies
+	run := func(from peer.ID, req *pb.Request, name string, now time.Time) *pb.Reply {
+		all := deliver(t, co, re, co.Submit(&pending{from: from, req: req, reply: r.to(name)}, now))
+		for _, a := range all.answers {
+			a.reply(a.r)
+		}
+		return r.got[name]
+	}
+	lock := &pb.Request{RequestId: reqID(1), Op: pb.Op_OP_LOCK, ObjectId: "door", LockTtlMs: 1000}
+	if got := run(alice, lock, "lock", t0); got.Status != pb.Status_STATUS_OK {
+		t.Fatalf("lock: %v", got)
+	}
+	if got := run(bob, rw(2, "door", 0, "open"), "bob", t0.Add(500*time.Millisecond)); got.Status != pb.Status_STATUS_LOCKED || string(got.Object.LockHolder) != string(alice) {
+		t.Fatalf("bob's update under alice's lock: %v", got)
+	}
+	if got := run(alice, rw(3, "door", 0, "open"), "alice", t0.Add(500*time.Millisecond)); got.Status != pb.Status_STATUS_OK {
+		t.Fatalf("holder's update: %v", got)
+	}
+	// Alice vanishes: the lock runs out and Bob gets through.
+	if got := run(bob, rw(4, "door", 1, "shut"), "bob2", t0.Add(1500*time.Millisecond)); got.Status != pb.Status_STATUS_OK {
+		t.Fatalf("update after expiry: %v", got)
+	}
+	lock2 := &pb.Request{RequestId: reqID(5), Op: pb.Op_OP_LOCK, ObjectId: "door", LockTtlMs: 1000}
+	run(bob, lock2, "lock2", t0.Add(2*time.Second))
+	if got := run(alice, &pb.Request{RequestId: reqID(6), Op: pb.Op_OP_RELEASE, ObjectId: "door"}, "steal", t0.Add(2*time.Second)); got.Status != pb.Status_STATUS_LOCKED {
+		t.Fatalf("release of someone else's lock: %v", got)
+	}
+	if got := run(bob, &pb.Request{RequestId: reqID(7), Op: pb.Op_OP_RELEASE, ObjectId: "door"}, "release", t0.Add(2*time.Second)); got.Status != pb.Status_STATUS_OK {
+		t.Fatalf("release: %v", got)
+	}
+	if len(re.objects["door"].LockHolder) != 0 {
+		t.Fatal("replica still holds the released lock")
+	}
+}
+
+func TestDeposedCoordinatorStopsCommitting(t *testing.T) {
+	co, re := pair(t)
+	// The replica took over (it thought co dead) and is now in epoch 2.
+	re.TakeOver(t0)
+	re.SetReplica(peerC, t0)
+	var r replies
+	eff := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "1"), reply: r.to("a")}, t0)
+	ack, _ := re.Replicate(co.self, eff.send.msg)
+	if ack.Ok || !ack.Stale || ack.Epoch != 2 {
+		t.Fatalf("replica accepted an old epoch: %v", ack)
+	}
+	eff = co.ReplicaAck(re.self, ack, t0)
+	for _, a := range eff.answers {
+		a.reply(a.r)
+	}
+	if got := r.got["a"]; got.Status != pb.Status_STATUS_REDIRECT || peer.ID(got.Redirect) != peerB {
+		t.Fatalf("deposed coordinator answered %v", got)
+	}
+	if co.role != pb.Role_ROLE_NONE || len(co.objects) != 0 {
+		t.Fatal("deposed coordinator kept its state")
+	}
+}
+
+func TestHandoffWaitsForTheBatchAndRetiresTheOldReplica(t *testing.T) {
+	co, re := pair(t)
+	var r replies
+	first := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "1"), reply: r.to("a")}, t0)
+	var hr *pb.HandoffReply
+	eff := co.Handoff(peerC, func(x *pb.HandoffReply) { hr = x }, t0)
+	if eff.handoff != nil {
+		t.Fatal("hand-off did not wait for the in-flight batch")
+	}
+	// Requests arriving meanwhile go to the new coordinator.
+	later := co.Submit(&pending{from: bob, req: rw(2, "food", 1, "2"), reply: r.to("b")}, t0)
+	if later.send != nil || len(later.answers) != 1 {
+		t.Fatal("a request arriving during the hand-off was not redirected")
+	}
+	later.answers[0].reply(later.answers[0].r)
+	all := deliver(t, co, re, first)
+	for _, a := range all.answers {
+		a.reply(a.r)
+	}
+	all.handoff(all.handoffReply)
+	if hr == nil || !hr.Ok || hr.Snapshot.Epoch != 2 || len(hr.Snapshot.Objects) != 1 {
+		t.Fatalf("hand-off reply %v", hr)
+	}
+	if r.got["a"].Status != pb.Status_STATUS_OK || r.got["b"].Status != pb.Status_STATUS_REDIRECT || peer.ID(r.got["b"].Redirect) != peerC {
+		t.Fatalf("answers %v / %v", r.got["a"], r.got["b"])
+	}
+	if len(all.retire) != 1 || all.retire[0].to != peerB {
+		t.Fatalf("old replica not retired: %+v", all.retire)
+	}
+	if co.role != pb.Role_ROLE_REPLICA || co.coordinator != peerC {
+		t.Fatal("old coordinator did not become the new one's replica")
+	}
+	// The new coordinator continues with the old one as replica.
+	nc := newTestMachine(peerC)
+	nc.Install(hr.Snapshot, peerA, true, t0)
+	eff = nc.Submit(&pending{from: bob, req: rw(3, "food", 1, "2"), reply: r.to("c")}, t0)
+	all = deliver(t, nc, co, eff)
+	for _, a := range all.answers {
+		a.reply(a.r)
+	}
+	if r.got["c"].Status != pb.Status_STATUS_OK || co.objects["food"].Version != 2 {
+		t.Fatalf("after hand-off: %v", r.got["c"])
+	}
+	re.Retire(peerA, 2)
+	if re.role != pb.Role_ROLE_NONE {
+		t.Fatal("retired replica kept its role")
+	}
+}
+
+func TestReplicaFailureResyncsTheNextOne(t *testing.T) {
+	co, _ := pair(t)
+	var r replies
+	eff := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "1"), reply: r.to("a")}, t0)
+	if eff.send == nil {
+		t.Fatal("nothing sent")
+	}
+	// The replica is gone; peer C replaces it and gets a snapshot that
+	// includes the unacknowledged batch.
+	next := newTestMachine(peerC)
+	eff = co.ReplicaFailed(peerB, peerC, t0)
+	if eff.send == nil || eff.send.msg.Snapshot == nil || len(eff.send.msg.Snapshot.Objects) != 1 {
+		t.Fatalf("new replica not sent a full snapshot: %+v", eff.send)
+	}
+	if len(eff.answers) != 0 {
+		t.Fatal("answered before the new replica held the update")
+	}
+	all := deliver(t, co, next, eff)
+	for _, a := range all.answers {
+		a.reply(a.r)
+	}
+	if r.got["a"] == nil || r.got["a"].Status != pb.Status_STATUS_OK {
+		t.Fatalf("reply %v", r.got["a"])
+	}
+}
+
+func TestReplicaRefusesGapsAndStrangers(t *testing.T) {
+	re := newTestMachine(peerB)
+	snap := &pb.Snapshot{Epoch: 3, Seq: 5}
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Snapshot: snap}); !ack.Ok {
+		t.Fatal(ack)
+	}
+	entry := func(seq uint64) *pb.Entry {
+		return &pb.Entry{Seq: seq, Object: &pb.Object{Id: "x", Version: seq}, Done: &pb.Done{RequestId: reqID(byte(seq))}}
+	}
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(7)}}); ack.Ok {
+		t.Fatal("accepted a gap")
+	}
+	if ack, _ := re.Replicate(peerC, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}); ack.Ok {
+		t.Fatal("accepted entries from a peer that is not its coordinator")
+	}
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 2, Entries: []*pb.Entry{entry(6)}}); ack.Ok || !ack.Stale {
+		t.Fatal("accepted an older epoch")
+	}
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}); !ack.Ok || ack.Seq != 6 {
+		t.Fatalf("refused the next entry: %v", ack)
+	}
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}); !ack.Ok || ack.Seq != 6 {
+		t.Fatalf("a resend was not acknowledged: %v", ack)
+	}
+	if fmt.Sprint(re.objects["x"].Version) != "6" {
+		t.Fatal("entry not applied")
+	}
+}
+
+type denyGate struct{}
+
+func (denyGate) Allowed(Coord) (uint64, bool) { return 0, false }
+
+type leaseGate struct{ id uint64 }
+
+func (g leaseGate) Allowed(Coord) (uint64, bool) { return g.id, true }
+
+func TestCommitGate(t *testing.T) {
+	co, re := pair(t)
+	co.gate = denyGate{}
+	var r replies
+	eff := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "1"), reply: r.to("a")}, t0)
+	for _, a := range eff.answers {
+		a.reply(a.r)
+	}
+	if eff.send != nil || r.got["a"].Status != pb.Status_STATUS_RETRY {
+		t.Fatalf("committed without a lease: %v", r.got["a"])
+	}
+	co.gate = leaseGate{42}
+	all := deliver(t, co, re, co.Submit(&pending{from: alice, req: rw(2, "food", 0, "1"), reply: r.to("b")}, t0))
+	if all.publish == nil || all.publish.LeaseId != 42 || all.publish.Entries[0].LeaseId != 42 {
+		t.Fatalf("lease ID not recorded: %+v", all.publish)
+	}
+}

@@ -1,0 +1,825 @@
+package regions
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/overworld-p2p/overworld/node"
+	pb "github.com/overworld-p2p/overworld/regions/regionpb"
+)
+
+// Service runs the region protocol on one node: it serves the regions this
+// peer coordinates or replicates, answers everyone else with redirects, and
+// is the client through which the game reads and updates objects.
+type Service struct {
+	n   *node.Node
+	h   host.Host
+	cfg Config
+	log *slog.Logger
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	spawnMu sync.Mutex // orders spawn against Close
+
+	mu     sync.Mutex
+	slots  map[Coord]*slot
+	topics map[Coord]*regionTopic
+
+	hashes hashCache
+
+	candMu sync.Mutex
+	cand   []peer.ID // region peers known, refreshed by candidateLoop
+
+	liveMu sync.Mutex
+	dead   map[peer.ID]time.Time
+
+	reported map[Coord]Role // last roles told to OnRoleChange (maintainLoop only)
+
+	wake   chan Coord   // regions to look at now (nudges, deaths)
+	downed chan peer.ID // peers whose last connection closed
+	notify *network.NotifyBundle
+	closed sync.Once
+}
+
+// slot is one region's machine at this peer plus the transport's own
+// bookkeeping around it. mu guards both.
+type slot struct {
+	mu        sync.Mutex
+	m         *machine
+	acquiring bool
+	source    peer.ID // hand-off source while the transfer runs
+	lastNudge time.Time
+}
+
+// New starts the region service on n.
+func New(n *node.Node, cfg Config) (*Service, error) {
+	if n == nil {
+		return nil, errors.New("regions: node is nil")
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, fmt.Errorf("regions config: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = n.Logger()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Service{
+		n: n, h: n.Host(), cfg: cfg, log: cfg.Logger.With("world", cfg.World),
+		ctx: ctx, cancel: cancel,
+		slots:    map[Coord]*slot{},
+		topics:   map[Coord]*regionTopic{},
+		dead:     map[peer.ID]time.Time{},
+		reported: map[Coord]Role{},
+		wake:     make(chan Coord, 256),
+		downed:   make(chan peer.ID, 256),
+	}
+	s.notify = &network.NotifyBundle{
+		ConnectedF: func(_ network.Network, c network.Conn) { s.heard(c.RemotePeer()) },
+		DisconnectedF: func(nw network.Network, c network.Conn) {
+			if nw.Connectedness(c.RemotePeer()) != network.Connected {
+				select {
+				case s.downed <- c.RemotePeer():
+				default:
+				}
+			}
+		},
+	}
+	s.h.Network().Notify(s.notify)
+	s.h.SetStreamHandler(protocol.ID(ProtocolID), s.handleStream)
+	s.wg.Add(2)
+	go s.maintainLoop()
+	go s.candidateLoop()
+	return s, nil
+}
+
+// Close stops serving and leaves the region topics. The node stays up.
+func (s *Service) Close() error {
+	s.closed.Do(func() {
+		s.h.RemoveStreamHandler(protocol.ID(ProtocolID))
+		s.h.Network().StopNotify(s.notify)
+		s.spawnMu.Lock()
+		s.cancel()
+		s.spawnMu.Unlock()
+		s.closeTopics()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+// spawn runs f on a goroutine the service waits for on Close; after Close
+// has begun it does nothing.
+func (s *Service) spawn(f func()) {
+	s.spawnMu.Lock()
+	defer s.spawnMu.Unlock()
+	if s.ctx.Err() != nil {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+func (s *Service) key(c Coord) string { return Key(s.cfg.World, c) }
+
+func (s *Service) slot(c Coord) *slot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.slots[c]
+	if sl == nil {
+		sl = &slot{m: newMachine(s.h.ID(), c, s.cfg.Gate, s.cfg.Map, s.log)}
+		s.slots[c] = sl
+	}
+	return sl
+}
+
+func (s *Service) heldRegions() []Coord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Coord, 0, len(s.slots))
+	for c := range s.slots {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].X != out[j].X {
+			return out[i].X < out[j].X
+		}
+		return out[i].Y < out[j].Y
+	})
+	return out
+}
+
+// --- liveness -------------------------------------------------------------
+
+// markDead leaves p out of placement until it shows up again or DeadFor
+// passes, and drops it from the DHT's routing table.
+func (s *Service) markDead(p peer.ID) {
+	if p == "" || p == s.h.ID() {
+		return
+	}
+	s.liveMu.Lock()
+	_, already := s.dead[p]
+	s.dead[p] = time.Now()
+	s.liveMu.Unlock()
+	if !already {
+		s.log.Debug("peer unreachable", "peer", p)
+	}
+	s.n.DHT().RoutingTable().RemovePeer(p)
+}
+
+// heard records a sign of life from p.
+func (s *Service) heard(p peer.ID) {
+	s.liveMu.Lock()
+	delete(s.dead, p)
+	s.liveMu.Unlock()
+}
+
+func (s *Service) alive(p peer.ID) bool {
+	if p == s.h.ID() {
+		return true
+	}
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	t, ok := s.dead[p]
+	if ok && time.Since(t) > s.cfg.DeadFor {
+		delete(s.dead, p)
+		return true
+	}
+	return !ok
+}
+
+// servesRegions reports whether p is known (via identify) to speak the
+// region protocol: the DHT also holds bootstrap nodes, which do not.
+func (s *Service) servesRegions(p peer.ID) bool {
+	protos, err := s.h.Peerstore().SupportsProtocols(p, protocol.ID(ProtocolID))
+	return err == nil && len(protos) > 0
+}
+
+// candidates are the live region peers this peer knows, itself included.
+// The list of known region peers is rebuilt in the background every
+// candidateTTL: reading the routing table contends with the DHT and can
+// block for a long while on a busy peer, which a request must not.
+// Deaths noticed since apply at once.
+func (s *Service) candidates() []peer.ID {
+	s.candMu.Lock()
+	list := s.cand
+	s.candMu.Unlock()
+	if list == nil {
+		list = s.refreshCandidates()
+	}
+	out := make([]peer.ID, 0, len(list))
+	for _, p := range list {
+		if s.alive(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// candidateTTL is the period of the background refresh of candidates.
+const candidateTTL = 100 * time.Millisecond
+
+func (s *Service) refreshCandidates() []peer.ID {
+	list := s.collectCandidates()
+	s.candMu.Lock()
+	s.cand = list
+	s.candMu.Unlock()
+	return list
+}
+
+func (s *Service) candidateLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(candidateTTL)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+			s.refreshCandidates()
+		}
+	}
+}
+
+func (s *Service) collectCandidates() []peer.ID {
+	seen := map[peer.ID]bool{s.h.ID(): true}
+	out := []peer.ID{s.h.ID()}
+	consider := func(p peer.ID) {
+		if seen[p] {
+			return
+		}
+		seen[p] = true
+		if s.alive(p) && s.servesRegions(p) {
+			out = append(out, p)
+		}
+	}
+	for _, p := range s.n.DHT().RoutingTable().ListPeers() {
+		consider(p)
+	}
+	for _, p := range s.h.Network().Peers() {
+		consider(p)
+	}
+	return out
+}
+
+// placement orders the live candidates by distance to the region's key.
+func (s *Service) placement(c Coord, exclude ...peer.ID) []peer.ID {
+	cands := s.candidates()
+	out := cands[:0]
+	for _, p := range cands {
+		if !containsPeer(exclude, p) {
+			out = append(out, p)
+		}
+	}
+	return s.hashes.sortByDistance(s.key(c), out)
+}
+
+func containsPeer(list []peer.ID, p peer.ID) bool {
+	for _, q := range list {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// closer reports whether a is closer than b to the region's key.
+func (s *Service) closer(c Coord, a, b peer.ID) bool {
+	return s.hashes.closer(s.key(c), a, b)
+}
+
+// Coordinator returns the coordinator and replica of region c as this
+// peer's view of the live peers says (either may be this peer). It asks
+// nobody; Locate refreshes the view with a network lookup.
+func (s *Service) Coordinator(c Coord) (coordinator, replica peer.ID) {
+	order := s.placement(c)
+	if len(order) > 1 {
+		return order[0], order[1]
+	}
+	return order[0], ""
+}
+
+// Locate looks the region's key up on the DHT, which also connects to the
+// peers found, then answers as Coordinator.
+func (s *Service) Locate(ctx context.Context, c Coord) (coordinator, replica peer.ID, err error) {
+	if !s.cfg.Contains(c) {
+		return "", "", fmt.Errorf("locate region %s: outside the %dx%d world", c, s.cfg.Width, s.cfg.Height)
+	}
+	found, err := s.n.ClosestPeers(ctx, s.key(c), 8)
+	if err != nil {
+		return "", "", fmt.Errorf("locate region %s: %w", c, err)
+	}
+	for _, p := range found {
+		if p != s.h.ID() && s.h.Network().Connectedness(p) != network.Connected {
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
+			if err := s.h.Connect(cctx, peer.AddrInfo{ID: p}); err == nil {
+				s.heard(p)
+			}
+			cancel()
+		}
+	}
+	coordinator, replica = s.Coordinator(c)
+	return coordinator, replica, nil
+}
+
+// probe checks that p answers on the region protocol.
+func (s *Service) probe(p peer.ID) bool {
+	if p == s.h.ID() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ProbeTimeout)
+	defer cancel()
+	_, err := s.call(ctx, p, Coord{}, &pb.Message{Body: &pb.Message_Ping{Ping: &pb.Ping{}}})
+	if err != nil {
+		s.markDead(p)
+		return false
+	}
+	return true
+}
+
+// --- transport --------------------------------------------------------------
+
+func (s *Service) envelope(c Coord, m *pb.Message) *pb.Message {
+	m.World, m.X, m.Y, m.Token = s.cfg.World, int32(c.X), int32(c.Y), s.cfg.Token()
+	return m
+}
+
+// call sends one message to p on a new stream and reads the one reply.
+// A failure to reach p (dial, negotiation, reset, timeout) is an error;
+// success is a sign of life.
+func (s *Service) call(ctx context.Context, p peer.ID, c Coord, m *pb.Message) (*pb.Message, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	st, err := s.h.NewStream(ctx, p, protocol.ID(ProtocolID))
+	if err != nil {
+		return nil, fmt.Errorf("open stream to %s: %w", p, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = st.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { st.Reset() })
+	defer stop()
+	if err := writeMessage(st, s.envelope(c, m)); err != nil {
+		st.Reset()
+		return nil, fmt.Errorf("send to %s: %w", p, err)
+	}
+	reply, err := readMessage(bufio.NewReader(st))
+	if err != nil {
+		st.Reset()
+		return nil, fmt.Errorf("reply from %s: %w", p, err)
+	}
+	_ = st.Close()
+	s.heard(p)
+	return reply, nil
+}
+
+func (s *Service) handleStream(st network.Stream) {
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(2 * s.cfg.RequestTimeout))
+	from := st.Conn().RemotePeer()
+	reply := s.serveFrame(from, bufio.NewReader(st))
+	if err := writeMessage(st, reply); err != nil {
+		st.Reset()
+		return
+	}
+	// The caller closes once it has the reply; wait for that (or the
+	// deadline) rather than close first. A real transport delivers either
+	// way, but libp2p's in-memory network flushes a closing stream at once,
+	// skipping its link latency, which would make tests and benchmarks
+	// under-report round trips.
+	var one [1]byte
+	if n, _ := st.Read(one[:]); n > 0 {
+		st.Reset() // one request per stream
+	}
+}
+
+// serveFrame reads, checks and answers one message. Anything malformed
+// gets a BAD_REQUEST reply and changes nothing.
+func (s *Service) serveFrame(from peer.ID, r *bufio.Reader) *pb.Message {
+	msg, err := readMessage(r)
+	if err != nil {
+		return s.envelope(Coord{}, &pb.Message{Body: &pb.Message_Reply{Reply: &pb.Reply{
+			Status: pb.Status_STATUS_BAD_REQUEST, Error: truncate(err.Error()),
+		}}})
+	}
+	return s.serve(from, msg)
+}
+
+func truncate(s string) string {
+	if len(s) > 500 {
+		return s[:500]
+	}
+	return s
+}
+
+func badRequest(c Coord, format string, args ...any) *pb.Message {
+	return &pb.Message{Body: &pb.Message_Reply{Reply: &pb.Reply{
+		Status: pb.Status_STATUS_BAD_REQUEST, Error: truncate(fmt.Sprintf(format, args...)),
+	}}}
+}
+
+func (s *Service) serve(from peer.ID, msg *pb.Message) *pb.Message {
+	c := Coord{X: int(msg.X), Y: int(msg.Y)}
+	if msg.World != s.cfg.World {
+		return s.envelope(c, badRequest(c, "world %q: this peer plays %q", msg.World, s.cfg.World))
+	}
+	if !s.cfg.Contains(c) {
+		return s.envelope(c, badRequest(c, "region %s outside the %dx%d world", c, s.cfg.Width, s.cfg.Height))
+	}
+	if err := s.cfg.Authorizer.Authorize(from, msg.Token); err != nil {
+		return s.envelope(c, &pb.Message{Body: &pb.Message_Reply{Reply: &pb.Reply{
+			Status: pb.Status_STATUS_DENIED, Error: truncate(err.Error()),
+		}}})
+	}
+	s.heard(from)
+	var out *pb.Message
+	switch b := msg.Body.(type) {
+	case *pb.Message_Request:
+		out = &pb.Message{Body: &pb.Message_Reply{Reply: s.serveRequest(from, c, b.Request)}}
+	case *pb.Message_Replicate:
+		sl := s.slot(c)
+		sl.mu.Lock()
+		ack, eff := sl.m.Replicate(from, b.Replicate)
+		sl.mu.Unlock()
+		s.run(c, sl, eff)
+		out = &pb.Message{Body: &pb.Message_ReplicateAck{ReplicateAck: ack}}
+	case *pb.Message_Info:
+		sl := s.slot(c)
+		sl.mu.Lock()
+		info := sl.m.info()
+		sl.mu.Unlock()
+		out = &pb.Message{Body: &pb.Message_InfoReply{InfoReply: info}}
+	case *pb.Message_Handoff:
+		out = &pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: s.serveHandoff(from, c)}}
+	case *pb.Message_Retire:
+		sl := s.slot(c)
+		sl.mu.Lock()
+		sl.m.Retire(from, b.Retire.Epoch)
+		sl.mu.Unlock()
+		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
+	case *pb.Message_Nudge:
+		select {
+		case s.wake <- c:
+		default:
+		}
+		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
+	case *pb.Message_CacheQuery:
+		epoch, objs := s.cacheOf(c)
+		out = &pb.Message{Body: &pb.Message_CacheReply{CacheReply: &pb.CacheReply{Epoch: epoch, Objects: objs}}}
+	case *pb.Message_Ping:
+		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
+	default:
+		out = badRequest(c, "unexpected %T", b)
+	}
+	return s.envelope(c, out)
+}
+
+// run carries out a machine's effects, outside the slot's lock.
+func (s *Service) run(c Coord, sl *slot, eff effects) {
+	for _, a := range eff.answers {
+		a.reply(a.r)
+	}
+	if eff.handoff != nil {
+		eff.handoff(eff.handoffReply)
+	}
+	if eff.publish != nil {
+		s.publish(c, eff.publish)
+	}
+	for _, r := range eff.retire {
+		s.spawn(func() {
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+			defer cancel()
+			_, _ = s.call(ctx, r.to, c, &pb.Message{Body: &pb.Message_Retire{Retire: &pb.Retire{Epoch: r.epoch}}})
+		})
+	}
+	if eff.send != nil {
+		out := eff.send
+		s.spawn(func() { s.replicate(c, sl, out) })
+	}
+	if eff.needReplica {
+		order := s.placement(c)
+		next := peer.ID("")
+		if len(order) > 1 {
+			next = order[1]
+			if order[0] != s.h.ID() {
+				next = order[0]
+			}
+		}
+		sl.mu.Lock()
+		more := sl.m.SetReplica(next, time.Now())
+		sl.mu.Unlock()
+		s.run(c, sl, more)
+	}
+}
+
+// replicate sends one message to the replica and feeds the outcome back.
+func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
+	reply, err := s.call(s.ctx, out.to, c, &pb.Message{Body: &pb.Message_Replicate{Replicate: out.msg}})
+	var ack *pb.ReplicateAck
+	if err == nil {
+		ack = reply.GetReplicateAck()
+		if ack == nil {
+			err = fmt.Errorf("replica %s answered %T", out.to, reply.Body)
+		}
+	}
+	var eff effects
+	if err != nil {
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.log.Info("replica unreachable; choosing another", "region", c, "replica", out.to, "err", err)
+		s.markDead(out.to)
+		next := peer.ID("")
+		for _, p := range s.placement(c, out.to) {
+			if p != s.h.ID() {
+				next = p
+				break
+			}
+		}
+		sl.mu.Lock()
+		eff = sl.m.ReplicaFailed(out.to, next, time.Now())
+		sl.mu.Unlock()
+		eff.retire = append(eff.retire, retirement{to: out.to, epoch: out.msg.Epoch})
+	} else {
+		sl.mu.Lock()
+		eff = sl.m.ReplicaAck(out.to, ack, time.Now())
+		sl.mu.Unlock()
+	}
+	s.run(c, sl, eff)
+}
+
+// serveRequest answers a player's request for region c.
+func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) *pb.Reply {
+	player := from
+	if req.Forwarded && len(req.Origin) > 0 {
+		player, _ = peer.IDFromBytes(req.Origin)
+	}
+	sl := s.slot(c)
+	sl.mu.Lock()
+	switch sl.m.role {
+	case pb.Role_ROLE_COORDINATOR:
+		ch := make(chan *pb.Reply, 1)
+		eff := sl.m.Submit(&pending{from: player, req: req, reply: func(r *pb.Reply) { ch <- r }}, time.Now())
+		sl.mu.Unlock()
+		s.run(c, sl, eff)
+		timer := time.NewTimer(s.cfg.RequestTimeout)
+		defer timer.Stop()
+		select {
+		case r := <-ch:
+			return r
+		case <-timer.C:
+			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "coordinator busy"}
+		case <-s.ctx.Done():
+			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}
+		}
+	case pb.Role_ROLE_REPLICA:
+		coord := sl.m.coordinator
+		sl.mu.Unlock()
+		if s.alive(coord) && (!suspected(req, coord) || s.probe(coord)) {
+			return redirectReply(coord)
+		}
+		s.markDead(coord)
+		s.startAcquire(c)
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "replica taking over"}
+	}
+	acquiring, src := sl.acquiring, sl.source
+	sl.mu.Unlock()
+	if acquiring {
+		if src != "" && !req.Forwarded {
+			// The transfer is running: the old coordinator still serves.
+			fwd := proto.Clone(req).(*pb.Request)
+			fwd.Forwarded, fwd.Origin, fwd.Suspects = true, []byte(player), nil
+			reply, err := s.call(s.ctx, src, c, &pb.Message{Body: &pb.Message_Request{Request: fwd}})
+			if err == nil && reply.GetReply() != nil && reply.GetReply().Status != pb.Status_STATUS_REDIRECT {
+				return reply.GetReply()
+			}
+		}
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "state transfer running"}
+	}
+	if req.Forwarded {
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "not coordinating"}
+	}
+	for _, b := range req.Suspects {
+		if p, err := peer.IDFromBytes(b); err == nil && s.alive(p) {
+			s.probe(p)
+		}
+	}
+	order := s.placement(c)
+	if order[0] == s.h.ID() {
+		s.startAcquire(c)
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "taking the region over"}
+	}
+	return redirectReply(order[0])
+}
+
+func suspected(req *pb.Request, p peer.ID) bool {
+	for _, b := range req.Suspects {
+		if peer.ID(b) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// --- maintenance --------------------------------------------------------------
+
+// Role returns this peer's role in region c.
+func (s *Service) Role(c Coord) Role {
+	s.mu.Lock()
+	sl := s.slots[c]
+	s.mu.Unlock()
+	if sl == nil {
+		return RoleNone
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return roleOf(sl.m.role)
+}
+
+func roleOf(r pb.Role) Role {
+	switch r {
+	case pb.Role_ROLE_COORDINATOR:
+		return RoleCoordinator
+	case pb.Role_ROLE_REPLICA:
+		return RoleReplica
+	default:
+		return RoleNone
+	}
+}
+
+// reportRoles tells OnRoleChange about roles that changed since the last
+// report.
+func (s *Service) reportRoles() {
+	if s.cfg.OnRoleChange == nil {
+		return
+	}
+	for _, c := range s.heldRegions() {
+		r := s.Role(c)
+		if s.reported[c] != r {
+			s.reported[c] = r
+			s.cfg.OnRoleChange(c, r)
+		}
+	}
+}
+
+// recheckTicks is how many maintenance periods pass between re-probes of
+// peers marked dead that are still connected: on an overloaded peer a
+// probe can time out although its target lives, and such a peer must not
+// stay out of placement for the whole DeadFor.
+const recheckTicks = 4
+
+func (s *Service) recheckDead() {
+	s.liveMu.Lock()
+	var suspects []peer.ID
+	for p := range s.dead {
+		if len(suspects) < 8 && s.h.Network().Connectedness(p) == network.Connected {
+			suspects = append(suspects, p)
+		}
+	}
+	s.liveMu.Unlock()
+	for _, p := range suspects {
+		s.spawn(func() { s.probe(p) })
+	}
+}
+
+// lonelyRefreshTicks is how many maintenance periods a peer that knows
+// fewer than two other region peers waits between routing table refreshes.
+const lonelyRefreshTicks = 10
+
+func (s *Service) maintainLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.cfg.MaintainEvery)
+	defer tick.Stop()
+	var ticks int
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+			for _, c := range s.heldRegions() {
+				s.maintain(c, false)
+			}
+			s.reportRoles()
+			if ticks%recheckTicks == 0 {
+				s.recheckDead()
+			}
+			// A peer that knows almost no region peers may have joined
+			// before the others registered with the bootstrap node; the
+			// DHT's own refresh is minutes away.
+			if ticks++; ticks%lonelyRefreshTicks == 0 && len(s.candidates()) < 3 {
+				s.n.DHT().RefreshRoutingTable()
+			}
+		case c := <-s.wake:
+			s.maintain(c, true)
+		case p := <-s.downed:
+			s.peerDown(p)
+		}
+	}
+}
+
+// peerDown reacts to the last connection to p closing: if p coordinates or
+// replicates a region this peer holds, check it and fail over at once.
+func (s *Service) peerDown(p peer.ID) {
+	var affected []Coord
+	for _, c := range s.heldRegions() {
+		sl := s.slot(c)
+		sl.mu.Lock()
+		if sl.m.coordinator == p || sl.m.replica == p {
+			affected = append(affected, c)
+		}
+		sl.mu.Unlock()
+	}
+	if len(affected) == 0 {
+		return
+	}
+	s.spawn(func() {
+		if s.probe(p) {
+			return
+		}
+		for _, c := range affected {
+			select {
+			case s.wake <- c:
+			default:
+			}
+		}
+	})
+}
+
+// maintain checks this peer's role for region c against its view of the
+// live peers.
+func (s *Service) maintain(c Coord, nudged bool) {
+	sl := s.slot(c)
+	sl.mu.Lock()
+	role, coord, replica, outstanding, acquiring := sl.m.role, sl.m.coordinator, sl.m.replica, sl.m.outstanding, sl.acquiring
+	sl.mu.Unlock()
+	if acquiring {
+		return
+	}
+	switch role {
+	case pb.Role_ROLE_COORDINATOR:
+		order := s.placement(c)
+		if order[0] != s.h.ID() {
+			// A closer peer exists: it should take over (hand-off).
+			sl.mu.Lock()
+			due := time.Since(sl.lastNudge) > 4*s.cfg.MaintainEvery
+			if due {
+				sl.lastNudge = time.Now()
+			}
+			sl.mu.Unlock()
+			if due {
+				target := order[0]
+				s.spawn(func() { s.nudge(target, c) })
+			}
+			return
+		}
+		desired := peer.ID("")
+		if len(order) > 1 {
+			desired = order[1]
+		}
+		if desired != replica && !outstanding {
+			sl.mu.Lock()
+			eff := sl.m.SetReplica(desired, time.Now())
+			sl.mu.Unlock()
+			s.run(c, sl, eff)
+		}
+	case pb.Role_ROLE_REPLICA:
+		if !s.alive(coord) {
+			s.startAcquire(c)
+		}
+	default:
+		if nudged {
+			if order := s.placement(c); order[0] == s.h.ID() {
+				s.startAcquire(c)
+			}
+		}
+	}
+}
+
+func (s *Service) nudge(p peer.ID, c Coord) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if _, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_Nudge{Nudge: &pb.Nudge{}}}); err != nil {
+		s.markDead(p)
+	}
+}
+
+func newRequestID() []byte {
+	id := make([]byte, requestIDLen)
+	_, _ = rand.Read(id)
+	return id
+}
