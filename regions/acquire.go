@@ -70,7 +70,7 @@ func (s *Service) acquire(c Coord, sl *slot) {
 	}
 	holders := s.askInfo(ctx, c, asked)
 	for _, h := range holders {
-		if s.closer(c, h.p, self) {
+		if s.closer(c, h.p, self) && !h.info.SteppingAside {
 			s.log.Debug("a closer peer is alive; not taking the region", "region", c, "closer", h.p)
 			s.nudge(h.p, c)
 			return
@@ -201,7 +201,7 @@ func (s *Service) serveHandoff(from peer.ID, c Coord) *pb.HandoffReply {
 	give := func(r *pb.HandoffReply) { ch <- r }
 	switch role {
 	case pb.Role_ROLE_COORDINATOR:
-		if !s.closer(c, from, self) {
+		if !s.closer(c, from, self) && s.eligible(c) {
 			return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
 		}
 	case pb.Role_ROLE_REPLICA:

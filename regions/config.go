@@ -17,6 +17,17 @@ type CommitGate interface {
 	Allowed(region Coord) (leaseID uint64, ok bool)
 }
 
+// Eligibility is an optional extension of a CommitGate. A gate that knows
+// this peer cannot coordinate a region for now (it lost the region's lease
+// and cannot reach the lease service) says so with Eligible false; the
+// service then ranks itself last in that region's placement and reports
+// itself as stepping aside, so that a coordinator cut off from the lease
+// service hands its region to the next peer instead of blocking it. It is
+// called often and must be cheap and must not block.
+type Eligibility interface {
+	Eligible(region Coord) bool
+}
+
 // Authorizer admits a remote peer to the region protocol by its login
 // token (the account server's signed token naming the peer ID).
 type Authorizer interface {

@@ -58,5 +58,12 @@
 //     region is born the same way, empty.
 //
 // Partitions are beyond this package: two sides that each think the other
-// dead can both coordinate unless the CommitGate refuses one of them.
+// dead can both coordinate unless the CommitGate refuses one of them. A
+// gate that also implements Eligibility (regions/guard's lease gate) can
+// say this peer cannot coordinate a region for now: the peer then ranks
+// itself last in the region's placement, tells peers that ask (InfoReply)
+// that it steps aside, hands the region to the peer it nudges and answers
+// no nudge itself, so a coordinator that lost its lease does not block its
+// region. A batch whose lease ended before the replica acknowledged it is
+// not confirmed (answered RETRY, not published).
 package regions

@@ -358,10 +358,25 @@ func (m *machine) apply(e *pb.Entry) {
 
 // commit answers the in-flight batch and publishes its entries: the
 // replica holds them now (or there is no replica to hold them).
+//
+// The replica's answer may come after the lease the batch was evaluated
+// under has ended (a slow or cut link): then the batch is neither answered
+// as done nor published, since another coordinator may be committing by
+// now. Its entries stay applied here and at the replica, and in the log of
+// done requests, so a player's retry learns the outcome from whoever holds
+// the region next.
 func (m *machine) commit() (eff effects) {
 	eff.answers = m.inflight
 	if len(m.inflightEnts) > 0 {
-		eff.publish = &pb.Event{Epoch: m.epoch, LeaseId: m.inflightLease, Entries: m.inflightEnts}
+		if id, ok := m.gate.Allowed(m.region); !ok || id != m.inflightLease {
+			m.log.Warn("lease ended before the replica acknowledged the batch; not confirming it",
+				"region", m.region, "lease", m.inflightLease, "entries", len(m.inflightEnts))
+			for i := range eff.answers {
+				eff.answers[i].r = &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: fmt.Sprintf("region %s: commit lease ended", m.region)}
+			}
+		} else {
+			eff.publish = &pb.Event{Epoch: m.epoch, LeaseId: m.inflightLease, Entries: m.inflightEnts}
+		}
 	}
 	m.inflight, m.inflightEnts = nil, nil
 	return eff

@@ -286,7 +286,27 @@ func (s *Service) placement(c Coord, exclude ...peer.ID) []peer.ID {
 			out = append(out, p)
 		}
 	}
-	return s.hashes.sortByDistance(s.key(c), out)
+	out = s.hashes.sortByDistance(s.key(c), out)
+	if len(out) > 1 && !s.eligible(c) {
+		// A peer whose gate cannot let it commit ranks itself last, so
+		// that it hands the region on (and is never chosen as the next
+		// coordinator by itself); it stays in the list as a last resort.
+		for i, p := range out {
+			if p == s.h.ID() {
+				copy(out[i:], out[i+1:])
+				out[len(out)-1] = p
+				break
+			}
+		}
+	}
+	return out
+}
+
+// eligible reports whether this peer's gate lets it coordinate region c
+// (see Eligibility).
+func (s *Service) eligible(c Coord) bool {
+	e, ok := s.cfg.Gate.(Eligibility)
+	return !ok || e.Eligible(c)
 }
 
 func containsPeer(list []peer.ID, p peer.ID) bool {
@@ -463,6 +483,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message) *pb.Message {
 		sl.mu.Lock()
 		info := sl.m.info()
 		sl.mu.Unlock()
+		info.SteppingAside = !s.eligible(c)
 		out = &pb.Message{Body: &pb.Message_InfoReply{InfoReply: info}}
 	case *pb.Message_Handoff:
 		out = &pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: s.serveHandoff(from, c)}}
@@ -798,7 +819,11 @@ func (s *Service) maintain(c Coord, nudged bool) {
 			s.run(c, sl, eff)
 		}
 	case pb.Role_ROLE_REPLICA:
-		if !s.alive(coord) {
+		// A nudge from the coordinator (which sees this peer closer, or
+		// steps aside) asks the replica to take the region over, unless
+		// this peer steps aside itself; acquire defers to a closer holder
+		// that does not step aside.
+		if !s.alive(coord) || (nudged && s.eligible(c)) {
 			s.startAcquire(c)
 		}
 	default:

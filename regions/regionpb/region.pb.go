@@ -874,11 +874,16 @@ func (*Info) Descriptor() ([]byte, []int) {
 }
 
 type InfoReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Role          Role                   `protobuf:"varint,1,opt,name=role,proto3,enum=overworld.region.v1.Role" json:"role,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
-	Coordinator   []byte                 `protobuf:"bytes,4,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Role        Role                   `protobuf:"varint,1,opt,name=role,proto3,enum=overworld.region.v1.Role" json:"role,omitempty"`
+	Epoch       uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Seq         uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Coordinator []byte                 `protobuf:"bytes,4,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	// stepping_aside: the peer cannot coordinate the region now (its commit
+	// gate says so, e.g. it lost the region's lease and cannot reach the
+	// lease service), so a peer acquiring the region need not defer to it
+	// although it is closer.
+	SteppingAside bool `protobuf:"varint,5,opt,name=stepping_aside,json=steppingAside,proto3" json:"stepping_aside,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -939,6 +944,13 @@ func (x *InfoReply) GetCoordinator() []byte {
 		return x.Coordinator
 	}
 	return nil
+}
+
+func (x *InfoReply) GetSteppingAside() bool {
+	if x != nil {
+		return x.SteppingAside
+	}
+	return false
 }
 
 // Handoff asks the holder of a region's state to pass it over.
@@ -1749,12 +1761,13 @@ const file_region_proto_rawDesc = "" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05stale\x18\x04 \x01(\bR\x05stale\x12 \n" +
 	"\vcoordinator\x18\x05 \x01(\fR\vcoordinator\"\x06\n" +
-	"\x04Info\"\x84\x01\n" +
+	"\x04Info\"\xab\x01\n" +
 	"\tInfoReply\x12-\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x19.overworld.region.v1.RoleR\x04role\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12 \n" +
-	"\vcoordinator\x18\x04 \x01(\fR\vcoordinator\"\t\n" +
+	"\vcoordinator\x18\x04 \x01(\fR\vcoordinator\x12%\n" +
+	"\x0estepping_aside\x18\x05 \x01(\bR\rsteppingAside\"\t\n" +
 	"\aHandoff\"\x8b\x01\n" +
 	"\fHandoffReply\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x129\n" +

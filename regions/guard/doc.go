@@ -1,0 +1,34 @@
+// Package guard connects the region service (package regions) to the
+// account server (package bootstrap/accounts): it is the account server's
+// side of every region peer.
+//
+// Three parts, wired into a regions.Config by New and Guard.Apply:
+//
+//   - LeaseGate, the regions.CommitGate. When this peer becomes
+//     coordinator of a region (regions.Config.OnRoleChange) the gate starts
+//     a leases.Holder for the region's lease; when the role is lost it stops
+//     the holder, which releases the lease. Allowed answers the holder's
+//     Valid(now), so a coordinator commits only while it holds the lease.
+//     The gate also implements regions.Eligibility: a peer that holds no
+//     valid lease on a region while it cannot reach the lease service
+//     (its last call got no answer) is not eligible to coordinate it, so the
+//     service ranks itself last and the region moves to a peer that can
+//     commit. While unreachable the gate probes the service with a renewal
+//     that cannot succeed (lease ID 0) until an answer comes back.
+//   - TokenAuthorizer, the regions.Authorizer: it verifies the login token
+//     a remote peer presents offline, with the account server's public key,
+//     against the peer ID libp2p authenticated for the stream. A token
+//     copied by another peer, an expired or a malformed one is refused.
+//   - TokenSource, for regions.Config.Token: this peer's own access token
+//     from its accounts.Client, refreshed in the background so that sending
+//     a message never waits for the account server.
+//
+// Data flow:
+//
+//	regions.Service ──OnRoleChange──► LeaseGate ──Holder.Run──► accounts.Client ──HTTP──► account server
+//	       │  before each batch and its commit: Allowed(region) ◄── Holder.Valid(now)
+//	       │  placement: Eligible(region)
+//	       └─ every incoming message: TokenAuthorizer.Authorize(remote, token) ── token.Verify (offline)
+//
+// Lease names: a region's lease is LeaseName(world, region).
+package guard
