@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/game/play"
+	"github.com/overworld-p2p/overworld/game/webui"
+	"github.com/overworld-p2p/overworld/node"
+)
+
+func init() { extraCommands = append(extraCommands, playCommand()) }
+
+func playCommand() command {
+	const summary = "play: join the overlay and serve the game's page on 127.0.0.1"
+	return command{name: "play", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+		fs := newFlagSet("play", summary+`.
+
+Joins through the bootstrap nodes, plays in the world named -world (all
+players of a network must give the same -world, -world-size and -seed) and
+serves the page on -http. With -account it logs in (the password comes from
+-password-file, else OVERWORLD_PASSWORD, else a line typed on stdin),
+restores the saved character and saves it every half minute and on exit.
+With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
+		bootstrapAddrs := fs.String("bootstrap", "", "comma-separated full multiaddrs (/ip4/…/tcp/…/p2p/<ID>) of bootstrap nodes")
+		dataDir := fs.String("data-dir", defaultDataDir("play"), "directory for the identity key")
+		port := fs.Int("listen-port", 0, "TCP and UDP (QUIC) port on every interface (0: any)")
+		listen := fs.String("listen", "", "comma-separated listen multiaddrs (overrides -listen-port)")
+		httpAddr := fs.String("http", "127.0.0.1:8080", "address of the web page (loopback)")
+		name := fs.String("name", "", "display name (default: the account name, else one made from the peer ID)")
+		world := fs.String("world", "default", "world name")
+		size := fs.String("world-size", "8x8", "world size in regions, WxH")
+		seed := fs.Uint64("seed", 1, "world seed")
+		bot := fs.Bool("bot", false, "let a bot play")
+		accountURL := fs.String("account", "", "account server URL, e.g. http://127.0.0.1:8640 (empty: play without an account)")
+		user := fs.String("user", "", "account name")
+		passwordFile := fs.String("password-file", "", "file holding the account password")
+		register := fs.Bool("register", false, "create the account if it does not exist")
+		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz (empty: off)")
+		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		log, err := newLogger(os.Stderr, *level)
+		if err != nil {
+			return err
+		}
+		boot, err := node.ParseBootstrapAddrs(splitList(*bootstrapAddrs))
+		if err != nil {
+			return fmt.Errorf("-bootstrap: %w", err)
+		}
+		if len(boot) == 0 {
+			return errors.New("-bootstrap: give at least one bootstrap node's multiaddr (or try 'overworld demo')")
+		}
+		w, h, err := parseWorldSize(*size)
+		if err != nil {
+			return fmt.Errorf("-world-size: %w", err)
+		}
+		g := game.DefaultConfig()
+		g.Seed, g.RegionsX, g.RegionsY = *seed, w, h
+		var acct *play.Account
+		if *accountURL != "" {
+			if *user == "" {
+				return errors.New("-account needs -user")
+			}
+			pw, err := readPassword(*passwordFile, out)
+			if err != nil {
+				return err
+			}
+			acct = &play.Account{URL: *accountURL, User: *user, Password: pw, Register: *register}
+		}
+		if *listen == "" {
+			*listen = listenAddrsForPort("0.0.0.0", *port)
+		}
+		addrs, err := parseMultiaddrs(*listen)
+		if err != nil {
+			return fmt.Errorf("-listen: %w", err)
+		}
+		ln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			return fmt.Errorf("-http: %w", err)
+		}
+		defer ln.Close()
+		reg := newProcessRegistry()
+		ops, err := startOps(ctx, *metrics, reg, log)
+		if err != nil {
+			return err
+		}
+		n, err := node.New(ctx, node.WithDataDir(*dataDir), node.WithListenAddrs(addrs...),
+			node.WithBootstrapPeers(boot...), node.WithLogger(log), node.WithRegisterer(reg))
+		if err != nil {
+			return err
+		}
+		defer n.Close()
+		p, err := play.New(ctx, n, play.Config{
+			World: *world, Game: g, Name: *name, Bot: *bot, BotSeed: *seed,
+			Account: acct, Logger: log, Registerer: reg,
+		})
+		if err != nil {
+			return err
+		}
+		srv, err := webui.NewServer(p, webui.Options{Logger: log})
+		if err != nil {
+			p.Close()
+			return err
+		}
+		serveCtx, stopServe := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(serveCtx, ln) }()
+		fmt.Fprintf(out, "player %s (%s) joining through %d bootstrap node(s)\n", p.Name(), n.ID(), len(boot))
+		fmt.Fprintf(out, "open http://%s in your browser (Ctrl-C stops)\n", ln.Addr())
+		ops.setReady(true)
+		err = p.Run(ctx) // returns when ctx ends, after saving the character
+		stopServe()
+		if serr := <-served; err == nil && serr != nil && !errors.Is(serr, net.ErrClosed) {
+			err = serr
+		}
+		return err
+	}}
+}
+
+// readPassword takes the account password from a file, else from
+// OVERWORLD_PASSWORD, else from a line on stdin (echoed: use a file or the
+// variable when others can see the screen).
+func readPassword(file string, out io.Writer) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("-password-file: %w", err)
+		}
+		pw := strings.TrimRight(string(b), "\r\n")
+		if pw == "" {
+			return "", fmt.Errorf("-password-file %s is empty", file)
+		}
+		return pw, nil
+	}
+	if pw := os.Getenv("OVERWORLD_PASSWORD"); pw != "" {
+		return pw, nil
+	}
+	fmt.Fprint(out, "password: ")
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil && line == "" {
+		return "", fmt.Errorf("read password from stdin: %w", err)
+	}
+	pw := strings.TrimRight(line, "\r\n")
+	if pw == "" {
+		return "", errors.New("empty password")
+	}
+	return pw, nil
+}

@@ -1,0 +1,237 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/game/play"
+)
+
+func chromiumPath() string {
+	for _, p := range []string{os.Getenv("OVERWORLD_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if _, err := exec.LookPath(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// keyAction dispatches only the key-down (down=true) or key-up events of r,
+// so that a key can be held across several ticks.
+func keyAction(r rune, down bool) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for _, k := range kb.Encode(r) {
+			if (down && k.Type == kb.KeyDown) || (!down && k.Type == kb.KeyUp) {
+				if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, *k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func demoLogger() *slog.Logger {
+	if os.Getenv("DEMO_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// TestBrowserPlaysDemo runs the demo (with fewer bots, to keep CI light),
+// loads the page in headless Chromium, waits for the canvas and at least
+// five other players, walks with the keyboard, says a line that another
+// peer hears, and saves a screenshot (to $OVERWORLD_SCREENSHOT if set).
+func TestBrowserPlaysDemo(t *testing.T) {
+	bin := chromiumPath()
+	if bin == "" {
+		t.Skip("chromium not found at /usr/bin/chromium (apt-get install -y chromium, or set OVERWORLD_CHROMIUM)")
+	}
+	startCtx, cancelStart := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancelStart()
+	d, err := Start(startCtx, Config{Bots: 6, HTTP: "127.0.0.1:0", Logger: demoLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	defer func() {
+		stopping := time.Now()
+		if err := d.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		t.Logf("demo ran %s, stopped in %s", stopping.Sub(began).Round(time.Millisecond), time.Since(stopping).Round(time.Millisecond))
+	}()
+	t.Logf("demo at %s, accounts at %s", d.URL, d.AccountsURL)
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(bin),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		// Resolve nothing but loopback: the test must not reach any other host.
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	)
+	defer cancelAlloc()
+	ctx, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
+	defer cancelTab()
+	if err := chromedp.Do(ctx); err != nil { // start the browser without a deadline
+		t.Fatal(err)
+	}
+	deadline, cancel := context.WithTimeout(ctx, 150*time.Second)
+	defer cancel()
+	if err := chromedp.Do(deadline,
+		chromedp.Navigate(d.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("world")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	// poll evaluates a JS expression until it is truthy or within passes.
+	poll := func(within time.Duration, what, expr string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(deadline, within)
+		defer cancel()
+		var lastErr error
+		for {
+			v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+			if err == nil && v != "" {
+				return v
+			}
+			lastErr = err
+			select {
+			case <-ctx.Done():
+				t.Fatalf("waiting %s for %s: %v (last error %v)", within, what, ctx.Err(), lastErr)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	// The issue's bar: the canvas and at least five other players within 20 s.
+	others := poll(20*time.Second, "the canvas and five other players", `(() => { const o = window.overworld;
+		const c = document.getElementById('world');
+		return c && c.width > 0 && o.view && o.view.players.length >= 5 ? String(o.view.players.length) : ''; })()`)
+	t.Logf("the page shows %s other players", others)
+
+	// Walk: hold a direction until the page reports the player elsewhere;
+	// try the next direction if a wall is in the way.
+	status := `(() => { const d = document.getElementById('status').dataset;
+		return d.connected === 'true' && d.x ? d.x + ',' + d.y : ''; })()`
+	start := poll(10*time.Second, "own position", status)
+	moved := ""
+	for _, key := range []rune{'d', 'a', 's', 'w'} {
+		if err := chromedp.Do(deadline, keyAction(key, true)); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(deadline, 3*time.Second)
+		for moved == "" && ctx.Err() == nil {
+			if v, err := chromedp.Run(ctx, chromedp.Evaluate[string](status)); err == nil && v != "" && v != start {
+				moved = v
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		cancel()
+		if err := chromedp.Do(deadline, keyAction(key, false)); err != nil {
+			t.Fatal(err)
+		}
+		if moved != "" {
+			break
+		}
+	}
+	if moved == "" {
+		t.Fatalf("the player did not move from %s with any arrow key", start)
+	}
+	t.Logf("the player walked from %s to %s", start, moved)
+	self := d.Player.Player()
+	if fmt.Sprintf("%d,%d", self.Pos.X, self.Pos.Y) == start {
+		t.Fatalf("the peer did not see the move: still at %+v", self.Pos)
+	}
+
+	// Say a line once the player is in its region's chat.
+	// Chat is region-wide: wait until the player is in its region's chat
+	// and a bot stands in the same region (bots wander off now and then).
+	regionOf := func(p *play.Peer) game.RegionCoord {
+		var rc game.RegionCoord
+		p.With(func(a *play.Avatar) { rc = a.Region() })
+		return rc
+	}
+	deadlineWait(t, deadline, "the player's region loaded and a bot in it", func() bool {
+		rc := regionOf(d.Player)
+		if !d.Player.Loaded(rc) {
+			return false
+		}
+		for _, b := range d.Bots {
+			if regionOf(b) == rc {
+				return true
+			}
+		}
+		return false
+	})
+	if err := chromedp.Do(deadline, keyAction('\r', true), keyAction('\r', false)); err != nil {
+		t.Fatal(err)
+	}
+	poll(10*time.Second, "chat box focused", `document.activeElement.id === 'chat-input' ? 'yes' : ''`)
+	const line = "hello from chromium"
+	if err := chromedp.Do(deadline, chromedp.KeyEvent(line), chromedp.KeyEvent(kb.Enter)); err != nil {
+		t.Fatal(err)
+	}
+	poll(10*time.Second, "own line in the log", `document.getElementById('log').textContent.includes('Wanderer: `+line+`') ? 'yes' : ''`)
+	var hearer *play.Peer
+	deadlineWait(t, deadline, "another peer hearing the line", func() bool {
+		for _, b := range d.Bots {
+			for _, m := range b.Messages() {
+				if m.Kind == "chat" && m.From == "Wanderer" && m.Text == line {
+					hearer = b
+					return true
+				}
+			}
+		}
+		return false
+	})
+	t.Logf("%s heard the line", hearer.Name())
+
+	png, err := chromedp.Run(deadline, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := os.Getenv("OVERWORLD_SCREENSHOT")
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "demo.png")
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+}
+
+// deadlineWait polls cond until it holds or ctx ends.
+func deadlineWait(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

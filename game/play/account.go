@@ -1,0 +1,165 @@
+package play
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	ping "github.com/libp2p/go-libp2p/p2p/protocol/ping"
+
+	"github.com/overworld-p2p/overworld/bootstrap/accounts"
+	"github.com/overworld-p2p/overworld/game"
+)
+
+// login logs in on the account server with the token bound to this peer's
+// ID (registering first if allowed and needed) and restores the saved
+// character.
+func (p *Peer) login(ctx context.Context) error {
+	a := p.cfg.Account
+	hc := a.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 10 * time.Second}
+	}
+	p.httpc = hc
+	cl, err := accounts.NewClient(a.URL, accounts.WithHTTPClient(hc))
+	if err != nil {
+		return fmt.Errorf("play: account server: %w", err)
+	}
+	_, err = cl.Login(ctx, a.User, a.Password, p.h.ID())
+	if err != nil && a.Register && errors.Is(err, accounts.ErrUnauthorized) {
+		if _, rerr := cl.Register(ctx, a.User, a.Password); rerr == nil {
+			_, err = cl.Login(ctx, a.User, a.Password, p.h.ID())
+		} else if !errors.Is(rerr, accounts.ErrNameTaken) {
+			err = rerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("play: %w", err)
+	}
+	p.acct = cl
+	ch, err := cl.LoadCharacter(ctx)
+	if err != nil {
+		return fmt.Errorf("play: %w", err)
+	}
+	p.character = ch
+	if ch.Version == 0 {
+		p.log.Info("logged in; new character", "user", a.User)
+		return nil
+	}
+	p.av.Restore(int32(min(ch.Health, game.MaxHealth)), int32(min(ch.Score, 1<<30)), int32(min(ch.Experience, game.MaxSkill)))
+	pos := game.Vec{X: int32(clamp64(ch.X, 0, 1<<30)), Y: int32(clamp64(ch.Y, 0, 1<<30))}
+	if !p.av.Place(pos) {
+		if rc, ok := parseRegion(ch.Region); ok {
+			p.av.PlaceInRegion(rc)
+		}
+	}
+	p.log.Info("logged in; character restored", "user", a.User, "region", p.av.Region(), "health", ch.Health, "score", ch.Score)
+	return nil
+}
+
+func clamp64(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
+
+// parseRegion reads "x,y" (game.RegionCoord.String).
+func parseRegion(s string) (game.RegionCoord, bool) {
+	xs, ys, ok := strings.Cut(s, ",")
+	if !ok {
+		return game.RegionCoord{}, false
+	}
+	x, err1 := strconv.Atoi(xs)
+	y, err2 := strconv.Atoi(ys)
+	if err1 != nil || err2 != nil {
+		return game.RegionCoord{}, false
+	}
+	return game.RegionCoord{X: x, Y: y}, true
+}
+
+// Save stores the character on the account server now.
+func (p *Peer) Save(ctx context.Context) error {
+	if p.acct == nil {
+		return errors.New("save: not logged in")
+	}
+	return p.save(ctx)
+}
+
+func (p *Peer) save(ctx context.Context) error {
+	p.mu.Lock()
+	self := p.av.Player()
+	ch := p.character
+	ch.Region = p.av.Region().String()
+	ch.X, ch.Y = int64(self.Pos.X), int64(self.Pos.Y)
+	ch.Health, ch.Score, ch.Experience = int64(max(self.Health, 0)), int64(self.Score), int64(self.Skill)
+	p.mu.Unlock()
+	v, err := p.acct.SaveCharacter(ctx, ch)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	ch.Version = v
+	p.character = ch
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *Peer) saveLoop() {
+	// Start at a random point of the period, so that peers started together
+	// (a demo) do not all save at once.
+	first := time.NewTimer(rand.N(p.cfg.SaveEvery))
+	select {
+	case <-p.ctx.Done():
+		first.Stop()
+		return
+	case <-first.C:
+	}
+	t := time.NewTicker(p.cfg.SaveEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+			if err := p.save(ctx); err != nil && p.ctx.Err() == nil {
+				p.log.Warn("saving the character failed", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// latencyLoop measures the round trip to the coordinator of the player's
+// region with libp2p ping, for the status line.
+func (p *Peer) latencyLoop() {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		rc := p.av.Region()
+		p.mu.Unlock()
+		coord, _ := p.store.Coordinator(coordOf(rc))
+		var rtt time.Duration
+		if coord != "" && coord != p.h.ID() {
+			ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
+			select {
+			case r := <-ping.Ping(ctx, p.h, coord):
+				if r.Error == nil {
+					rtt = r.RTT
+				}
+			case <-ctx.Done():
+			}
+			cancel()
+		}
+		p.mu.Lock()
+		p.latency = rtt
+		p.mu.Unlock()
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,329 @@
+package play
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/game/play/playpb"
+	"github.com/overworld-p2p/overworld/game/webui"
+	"github.com/overworld-p2p/overworld/regions"
+)
+
+// Each region has a chat topic, regions.TopicPrefix(world, region) +
+// ChatTopicSuffix. It carries chat lines said in the region and the player
+// cards (name and bars) that go with the anonymous position updates. A peer
+// joins the topics of its region and the neighbours, as it loads their
+// objects. Its validator checks size, decoding, that the message's author
+// is the named sender, and that the region is the topic's; anything else is
+// rejected, which penalises the forwarding peer in gossipsub.
+//
+// Whispers go over a direct stream to the recipient: one Whisper, one
+// WhisperAck.
+
+// chatTopic is this peer's membership of one region's chat topic.
+type chatTopic struct {
+	name   string
+	topic  *pubsub.Topic
+	sub    *pubsub.Subscription
+	cancel context.CancelFunc
+}
+
+// cardEntry is the newest card of another player.
+type cardEntry struct {
+	cardState
+	seq     uint64
+	arrived time.Time
+}
+
+// cardState is what a card says.
+type cardState struct {
+	Name                         string
+	Region                       game.RegionCoord
+	Health, Hunger, Score, Skill int32
+	Alive                        bool
+}
+
+// ChatTopic is the name of region rc's chat topic in world.
+func ChatTopic(world string, rc game.RegionCoord) string {
+	return regions.TopicPrefix(world, coordOf(rc)) + ChatTopicSuffix
+}
+
+func (p *Peer) joinTopic(rc game.RegionCoord) error {
+	if p.ctx.Err() != nil {
+		return p.ctx.Err()
+	}
+	name := ChatTopic(p.cfg.World, rc)
+	ps := p.n.PubSub()
+	if err := ps.RegisterTopicValidator(name, p.validator(rc)); err != nil {
+		return fmt.Errorf("chat topic %s validator: %w", name, err)
+	}
+	topic, err := ps.Join(name)
+	if err != nil {
+		_ = ps.UnregisterTopicValidator(name)
+		return fmt.Errorf("join chat topic %s: %w", name, err)
+	}
+	sub, err := topic.Subscribe(pubsub.WithBufferSize(128))
+	if err != nil {
+		_ = topic.Close()
+		_ = ps.UnregisterTopicValidator(name)
+		return fmt.Errorf("subscribe to chat topic %s: %w", name, err)
+	}
+	ctx, cancel := context.WithCancel(p.ctx)
+	t := &chatTopic{name: name, topic: topic, sub: sub, cancel: cancel}
+	p.mu.Lock()
+	if p.topics[rc] != nil || p.ctx.Err() != nil {
+		p.mu.Unlock()
+		p.leaveTopic(rc, t)
+		return nil
+	}
+	p.topics[rc] = t
+	p.mu.Unlock()
+	p.spawn(func() { p.readTopic(ctx, rc, sub) })
+	return nil
+}
+
+func (p *Peer) leaveTopic(rc game.RegionCoord, t *chatTopic) {
+	t.cancel()
+	t.sub.Cancel()
+	if err := t.topic.Close(); err != nil {
+		p.log.Debug("close chat topic", "topic", t.name, "err", err)
+	}
+	_ = p.n.PubSub().UnregisterTopicValidator(t.name)
+}
+
+// validator checks a chat-topic message of region rc.
+func (p *Peer) validator(rc game.RegionCoord) pubsub.ValidatorEx {
+	return func(_ context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
+		s, err := DecodeSocial(m.GetData(), p.cfg.Game)
+		if err != nil {
+			p.metrics.chatRejected.WithLabelValues("malformed").Inc()
+			return pubsub.ValidationReject
+		}
+		var who []byte
+		var x, y int32
+		switch b := s.Body.(type) {
+		case *playpb.Social_Chat:
+			who, x, y = b.Chat.Sender, b.Chat.RegionX, b.Chat.RegionY
+		case *playpb.Social_Card:
+			who, x, y = b.Card.Player, b.Card.RegionX, b.Card.RegionY
+		}
+		if peer.ID(who) != m.GetFrom() {
+			p.metrics.chatRejected.WithLabelValues("forged").Inc()
+			return pubsub.ValidationReject
+		}
+		if int(x) != rc.X || int(y) != rc.Y {
+			p.metrics.chatRejected.WithLabelValues("wrong_region").Inc()
+			return pubsub.ValidationReject
+		}
+		m.ValidatorData = s
+		return pubsub.ValidationAccept
+	}
+}
+
+func (p *Peer) readTopic(ctx context.Context, rc game.RegionCoord, sub *pubsub.Subscription) {
+	for {
+		m, err := sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		s, ok := m.ValidatorData.(*playpb.Social)
+		from := m.GetFrom()
+		if !ok || from == p.h.ID() {
+			continue
+		}
+		p.mu.Lock()
+		switch b := s.Body.(type) {
+		case *playpb.Social_Chat:
+			// Region-wide: shown to the players standing in the region.
+			if p.av.Region() == rc {
+				p.addMessage(webui.Message{Kind: "chat", From: b.Chat.Name, Text: b.Chat.Text})
+			}
+		case *playpb.Social_Card:
+			c := b.Card
+			if cur := p.cards[from]; cur == nil || c.Seq > cur.seq {
+				p.cards[from] = &cardEntry{seq: c.Seq, arrived: time.Now(), cardState: cardState{
+					Name: c.Name, Region: game.RegionCoord{X: int(c.RegionX), Y: int(c.RegionY)},
+					Health: c.Health, Hunger: c.Hunger, Score: c.Score, Skill: c.Skill, Alive: c.Alive,
+				}}
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// publish sends a message on the chat topic of region rc, if joined.
+func (p *Peer) publish(rc game.RegionCoord, s *playpb.Social) error {
+	data, err := proto.Marshal(s)
+	if err != nil {
+		return err
+	}
+	if len(data) > MaxSocialMessageBytes {
+		return fmt.Errorf("chat message of %d bytes, limit %d", len(data), MaxSocialMessageBytes)
+	}
+	p.mu.Lock()
+	t := p.topics[rc]
+	p.mu.Unlock()
+	if t == nil {
+		return fmt.Errorf("not yet in region %s's chat", rc)
+	}
+	return t.topic.Publish(p.ctx, data)
+}
+
+// cardLoop publishes the player's card when it changes (at most every
+// 250 ms) and every CardInterval regardless, and forgets stale cards.
+func (p *Peer) cardLoop() {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case now := <-t.C:
+			p.mu.Lock()
+			self := p.av.Player()
+			cs := cardState{
+				Name: p.cfg.Name, Region: p.av.Region(), Health: max(self.Health, 0), Hunger: self.Hunger,
+				Score: self.Score, Skill: self.Skill, Alive: self.Alive,
+			}
+			due := cs != p.lastCard || now.Sub(p.lastCardT) >= p.cfg.CardInterval
+			if due {
+				p.cardSeq++
+			}
+			seq := p.cardSeq
+			for id, c := range p.cards {
+				if now.Sub(c.arrived) > 5*p.cfg.CardInterval+10*time.Second {
+					delete(p.cards, id)
+				}
+			}
+			p.mu.Unlock()
+			if !due {
+				continue
+			}
+			err := p.publish(cs.Region, &playpb.Social{Body: &playpb.Social_Card{Card: &playpb.Card{
+				Player: []byte(p.h.ID()), Name: cs.Name, RegionX: int32(cs.Region.X), RegionY: int32(cs.Region.Y),
+				Health: cs.Health, Hunger: cs.Hunger, Score: cs.Score, Skill: cs.Skill, Alive: cs.Alive, Seq: seq,
+			}}})
+			if err == nil {
+				p.mu.Lock()
+				p.lastCard, p.lastCardT = cs, now
+				p.mu.Unlock()
+			}
+		}
+	}
+}
+
+// Chat implements webui.Session: a line to everyone in the player's
+// region, or, with to set, a whisper to the player of that name or peer ID.
+func (p *Peer) Chat(text, to string) error {
+	if err := webui.ValidateChat(text, to); err != nil {
+		return err
+	}
+	if to != "" {
+		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+		defer cancel()
+		return p.Whisper(ctx, to, text)
+	}
+	p.mu.Lock()
+	rc := p.av.Region()
+	p.mu.Unlock()
+	err := p.publish(rc, &playpb.Social{Body: &playpb.Social_Chat{Chat: &playpb.ChatLine{
+		Sender: []byte(p.h.ID()), Name: p.cfg.Name, RegionX: int32(rc.X), RegionY: int32(rc.Y), Text: text,
+	}}})
+	if err != nil {
+		return fmt.Errorf("chat: %w", err)
+	}
+	p.mu.Lock()
+	p.addMessage(webui.Message{Kind: "chat", From: p.cfg.Name, Text: text})
+	p.mu.Unlock()
+	return nil
+}
+
+// resolve finds a player by peer ID or (case-insensitively) by the name on
+// its card. Caller holds p.mu.
+func (p *Peer) resolve(to string) (peer.ID, string, bool) {
+	if id, err := peer.Decode(to); err == nil && id != p.h.ID() {
+		return id, p.nameOf(id), true
+	}
+	var found peer.ID
+	for id, c := range p.cards {
+		if strings.EqualFold(c.Name, to) && (found == "" || id < found) {
+			found = id
+		}
+	}
+	if found == "" {
+		return "", "", false
+	}
+	return found, p.cards[found].Name, true
+}
+
+// Whisper sends a private line to the player named to (a name or a peer
+// ID) over a direct stream and waits for its acknowledgement.
+func (p *Peer) Whisper(ctx context.Context, to, text string) error {
+	if err := webui.ValidateChat(text, to); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	id, name, ok := p.resolve(to)
+	p.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("whisper: no player %q known nearby", to)
+	}
+	if err := p.sendWhisper(ctx, id, text); err != nil {
+		return fmt.Errorf("whisper to %s: %w", name, err)
+	}
+	p.mu.Lock()
+	p.addMessage(webui.Message{Kind: "whisper", From: p.cfg.Name, To: name, Text: text})
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *Peer) sendWhisper(ctx context.Context, id peer.ID, text string) error {
+	s, err := p.h.NewStream(ctx, id, protocol.ID(WhisperProtocol))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = s.SetDeadline(dl)
+	}
+	if err := writeFrame(s, &playpb.Whisper{FromName: p.cfg.Name, Text: text}, MaxWhisperMessageBytes); err != nil {
+		s.Reset()
+		return err
+	}
+	_ = s.CloseWrite()
+	if _, err := readFrame(bufio.NewReader(s), 16); err != nil {
+		s.Reset()
+		return fmt.Errorf("no acknowledgement: %w", err)
+	}
+	return nil
+}
+
+func (p *Peer) handleWhisper(s network.Stream) {
+	defer s.Close()
+	_ = s.SetDeadline(time.Now().Add(5 * time.Second))
+	b, err := readFrame(bufio.NewReader(s), MaxWhisperMessageBytes)
+	if err == nil {
+		var w *playpb.Whisper
+		if w, err = DecodeWhisper(b); err == nil {
+			p.mu.Lock()
+			p.addMessage(webui.Message{Kind: "whisper", From: w.FromName, To: p.cfg.Name, Text: w.Text})
+			p.mu.Unlock()
+			err = writeFrame(s, &playpb.WhisperAck{}, 16)
+		}
+	}
+	if err != nil {
+		p.metrics.chatRejected.WithLabelValues("whisper").Inc()
+		p.log.Debug("bad whisper", "from", s.Conn().RemotePeer(), "err", err)
+		s.Reset()
+	}
+}

@@ -1,0 +1,90 @@
+package sim
+
+import (
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"google.golang.org/protobuf/proto"
+)
+
+// wireCounter counts one node's gossipsub RPCs and their bytes on the wire
+// (protobuf size plus the varint length prefix, as gossipsub frames them).
+// It implements pubsub.RawTracer; only the RPC events count.
+type wireCounter struct {
+	rpcsIn, rpcsOut, bytesIn, bytesOut, dropped, undeliverable atomic.Uint64
+}
+
+func framed(rpc *pubsub.RPC) uint64 {
+	n := proto.Size(&rpc.RPC)
+	return uint64(n + binary.PutUvarint(make([]byte, binary.MaxVarintLen64), uint64(n)))
+}
+
+func (w *wireCounter) RecvRPC(rpc *pubsub.RPC) {
+	w.rpcsIn.Add(1)
+	w.bytesIn.Add(framed(rpc))
+}
+
+func (w *wireCounter) SendRPC(rpc *pubsub.RPC, _ peer.ID) {
+	w.rpcsOut.Add(1)
+	w.bytesOut.Add(framed(rpc))
+}
+
+func (w *wireCounter) DropRPC(*pubsub.RPC, peer.ID)             { w.dropped.Add(1) }
+func (w *wireCounter) UndeliverableMessage(*pubsub.Message)     { w.undeliverable.Add(1) }
+func (w *wireCounter) AddPeer(peer.ID, protocol.ID)             {}
+func (w *wireCounter) RemovePeer(peer.ID)                       {}
+func (w *wireCounter) OnNewOutboundStream(peer.ID, protocol.ID) {}
+func (w *wireCounter) OnClosedOutboundStream(peer.ID)           {}
+func (w *wireCounter) Join(string)                              {}
+func (w *wireCounter) Leave(string)                             {}
+func (w *wireCounter) Graft(peer.ID, string)                    {}
+func (w *wireCounter) Prune(peer.ID, string)                    {}
+func (w *wireCounter) ValidateMessage(*pubsub.Message)          {}
+func (w *wireCounter) DeliverMessage(*pubsub.Message)           {}
+func (w *wireCounter) RejectMessage(*pubsub.Message, string)    {}
+func (w *wireCounter) DuplicateMessage(*pubsub.Message)         {}
+func (w *wireCounter) ThrottlePeer(peer.ID)                     {}
+
+type wireSnapshot struct {
+	rpcsIn, rpcsOut, bytesIn, bytesOut, dropped, undeliverable uint64
+}
+
+func (w *wireCounter) snapshot() wireSnapshot {
+	return wireSnapshot{w.rpcsIn.Load(), w.rpcsOut.Load(), w.bytesIn.Load(), w.bytesOut.Load(), w.dropped.Load(), w.undeliverable.Load()}
+}
+
+// delays collects update delays (arrival minus send) and, beside each, the
+// one-way latency of the link between sender and receiver, while recording
+// is on.
+type delays struct {
+	mu        sync.Mutex
+	on        bool
+	delay     []float64 // milliseconds
+	link      []float64 // milliseconds
+	batched   int
+	perPlayer map[peer.ID]int
+}
+
+func (d *delays) record(delay, link time.Duration, batched bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.on {
+		return
+	}
+	d.delay = append(d.delay, float64(delay.Microseconds())/1000)
+	d.link = append(d.link, float64(link.Microseconds())/1000)
+	if batched {
+		d.batched++
+	}
+}
+
+func (d *delays) setRecording(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.on = on
+}

@@ -1,0 +1,29 @@
+// Package position multicasts player positions inside regions of the world,
+// SimMud style, over gossipsub.
+//
+// Every region has a topic, regions.TopicPrefix(world, c)+"/pos". A player
+// publishes an Update (fixed-point position, velocity, region, sequence
+// number) on its own region's topic every Interval, and subscribes to every
+// region within Radius of its own, so it sees its neighbours across region
+// borders. Near a border it subscribes ahead to the regions it is about to
+// see, and keeps left regions for a short linger, so a crossing leaves no
+// gap.
+//
+// In aggregated mode (SimMud's message aggregation) players send their
+// updates over the direct stream protocol /overworld/position/1.0.0 to the
+// region's coordinator (regions.Placement over the peers that run this
+// protocol), which publishes one Batch per interval.
+//
+// Data flow on a receiver: gossipsub -> topic validator (size, decode,
+// author = named player or coordinator, region = topic, Tracker: sequence
+// newer, move within the speed limit) -> delivery into the View, which
+// dead-reckons between updates. Rejected updates are counted and penalise
+// the sender through gossipsub's peer scoring (see ScoreOptions).
+//
+// The coordinator stream also serves rendezvous: a player sends Join for each
+// region it subscribes to and gets back the peers interested in it, and
+// connects to them so that gossipsub can build the topic's mesh.
+//
+// Tracker and the interest functions are pure (no clock, no network); the
+// Service wires them to a node.
+package position

@@ -1,0 +1,5 @@
+//go:build !race
+
+package position_test
+
+const raceEnabled = false

@@ -1,0 +1,629 @@
+package position
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/regions"
+)
+
+// CandidateFunc returns peers that may coordinate the region with the given
+// DHT key; the Service keeps those that run the position protocol (and
+// itself) and picks regions.Placement's coordinator among them.
+type CandidateFunc func(ctx context.Context, key string) ([]peer.ID, error)
+
+// Delivery is one accepted update of another player, as the simulator and
+// tests see it.
+type Delivery struct {
+	Player  peer.ID
+	Region  regions.Coord
+	Seq     uint64
+	Sent    time.Time // the sender's clock at publish
+	Arrived time.Time
+	Batched bool // came in a coordinator's batch
+}
+
+// Option configures a Service.
+type Option func(*Service) error
+
+// WithCandidates replaces the default candidate source, the node's routing
+// table (node.ClosestKnown): cheap, asks nobody, and right once the table
+// has settled. A DHT lookup (node.ClosestPeers) is more exact on a large
+// overlay at the cost of a network round per region.
+func WithCandidates(f CandidateFunc) Option {
+	return func(s *Service) error {
+		if f == nil {
+			return errors.New("candidate function is nil")
+		}
+		s.candidates = f
+		return nil
+	}
+}
+
+// WithDeliveryHook calls f for every accepted update of another player. f
+// runs on the subscription's goroutine and must be quick.
+func WithDeliveryHook(f func(Delivery)) Option {
+	return func(s *Service) error {
+		if f == nil {
+			return errors.New("delivery hook is nil")
+		}
+		s.onDeliver = f
+		return nil
+	}
+}
+
+// Service runs the position protocol for one player on one node.
+type Service struct {
+	cfg        Config
+	grid       Grid
+	h          host.Host
+	ps         *pubsub.PubSub
+	self       peer.ID
+	log        *slog.Logger
+	candidates CandidateFunc
+	onDeliver  func(Delivery)
+	count      *counters
+
+	topicMu sync.Mutex                     // guards topics; taken before mu, never after
+	topics  map[regions.Coord]*regionTopic // joined topics, subscribed or not
+
+	mu          sync.Mutex
+	tracker     *Tracker // updates heard on topics
+	ingest      *Tracker // updates received as a coordinator
+	placed      bool
+	pos, vel    Vec
+	seq         uint64
+	view        map[peer.ID]*seenPlayer
+	coordinator map[regions.Coord]coordinatorEntry
+	interested  map[regions.Coord]map[peer.ID]time.Time // coordinator: who joined, until when
+	pending     map[regions.Coord]map[peer.ID]*Update   // coordinator: updates of this interval
+	batchSeq    map[regions.Coord]uint64
+	uplink      *uplink
+	rendezvous  map[regions.Coord]time.Time // next rendezvous per subscribed region
+	inFlight    map[regions.Coord]bool
+
+	runCtx context.Context
+	wg     sync.WaitGroup
+
+	// streams are the open coordinator streams, both directions. One
+	// goroutine per service resets them all when the run ends (a stream
+	// blocked on a slow peer would otherwise hold its goroutine, and the
+	// in-memory transport ignores deadlines); once closing is set, new
+	// streams are reset on arrival.
+	streamMu sync.Mutex
+	streams  map[network.Stream]struct{}
+	closing  bool
+}
+
+type regionTopic struct {
+	topic  *pubsub.Topic
+	sub    *pubsub.Subscription
+	cancel context.CancelFunc
+	until  time.Time // zero while needed; else unsubscribe after
+}
+
+type seenPlayer struct {
+	u       *Update
+	arrived time.Time
+}
+
+type coordinatorEntry struct {
+	id    peer.ID
+	until time.Time
+}
+
+// New prepares the service on n; Run starts it.
+func New(n *node.Node, cfg Config, opts ...Option) (*Service, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("position config: %w", err)
+	}
+	s := &Service{
+		cfg:         cfg,
+		grid:        cfg.Grid(),
+		h:           n.Host(),
+		ps:          n.PubSub(),
+		self:        n.ID(),
+		log:         n.Logger().With("service", "position"),
+		count:       newCounters(),
+		tracker:     NewTracker(cfg.Limits()),
+		ingest:      NewTracker(cfg.Limits()),
+		topics:      map[regions.Coord]*regionTopic{},
+		view:        map[peer.ID]*seenPlayer{},
+		coordinator: map[regions.Coord]coordinatorEntry{},
+		interested:  map[regions.Coord]map[peer.ID]time.Time{},
+		pending:     map[regions.Coord]map[peer.ID]*Update{},
+		batchSeq:    map[regions.Coord]uint64{},
+		rendezvous:  map[regions.Coord]time.Time{},
+		inFlight:    map[regions.Coord]bool{},
+		streams:     map[network.Stream]struct{}{},
+	}
+	s.candidates = func(_ context.Context, key string) ([]peer.ID, error) {
+		return n.ClosestKnown(key, 8), nil
+	}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, fmt.Errorf("position option: %w", err)
+		}
+	}
+	// Registered now, not in Run, so that identify tells peers that connect
+	// from now on that this peer runs the protocol; streams that arrive
+	// before Run are reset.
+	s.h.SetStreamHandler(ProtocolID, s.handleStream)
+	return s, nil
+}
+
+// ID is the player's peer ID.
+func (s *Service) ID() peer.ID { return s.self }
+
+// Config returns the service's configuration.
+func (s *Service) Config() Config { return s.cfg }
+
+// Move sets the player's position and velocity; the next tick publishes
+// them. The first Move places the player in the world.
+func (s *Service) Move(pos, vel Vec) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pos, s.vel, s.placed = pos, vel, true
+}
+
+// Stats returns the counters.
+func (s *Service) Stats() Stats {
+	// Not under s.mu: a caller sampling many services must not wait for one
+	// that is busy joining a topic.
+	return s.count.snapshot(s.count.trackerStats())
+}
+
+// Run serves the coordinator stream and publishes every Interval until ctx
+// ends; then it unsubscribes, stops its goroutines and returns.
+func (s *Service) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.runCtx = ctx
+	s.mu.Unlock()
+	// The watcher ends every open stream as soon as the run ends, even
+	// while this goroutine is still inside a tick (a blocked uplink write).
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		<-ctx.Done()
+		s.resetStreams()
+	}()
+	defer func() {
+		s.h.RemoveStreamHandler(ProtocolID)
+		cancel()
+		<-watched
+		s.shutdown()
+		s.wg.Wait()
+		// Streams a rendezvous opened after the watcher ran.
+		s.resetStreams()
+	}()
+	ticker := time.NewTicker(s.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			s.tick(ctx)
+		}
+	}
+}
+
+// track adds an open stream to the set the watcher resets; false (and the
+// stream reset) once the run is over.
+func (s *Service) track(st network.Stream) bool {
+	s.streamMu.Lock()
+	closing := s.closing
+	if !closing {
+		s.streams[st] = struct{}{}
+	}
+	s.streamMu.Unlock()
+	if closing {
+		_ = st.Reset()
+		return false
+	}
+	return true
+}
+
+func (s *Service) untrack(st network.Stream) {
+	s.streamMu.Lock()
+	delete(s.streams, st)
+	s.streamMu.Unlock()
+}
+
+// resetStreams marks the service closing and resets every tracked stream,
+// outside the lock: a reset on the in-memory transport waits for the
+// stream's delivery goroutine.
+func (s *Service) resetStreams() {
+	s.streamMu.Lock()
+	s.closing = true
+	open := make([]network.Stream, 0, len(s.streams))
+	for st := range s.streams {
+		open = append(open, st)
+	}
+	clear(s.streams)
+	s.streamMu.Unlock()
+	for _, st := range open {
+		_ = st.Reset()
+	}
+}
+
+func (s *Service) shutdown() {
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
+	s.mu.Lock()
+	var subs []*pubsub.Subscription
+	for _, rt := range s.topics {
+		if rt.sub != nil {
+			rt.cancel()
+			subs = append(subs, rt.sub)
+			rt.sub = nil
+		}
+	}
+	if s.uplink != nil {
+		s.uplink.close()
+		s.uplink = nil
+	}
+	s.mu.Unlock()
+	// Cancel waits for the pubsub loop; not under s.mu, which the
+	// validators need meanwhile.
+	for _, sub := range subs {
+		sub.Cancel()
+	}
+}
+
+// tick is one interval: adjust subscriptions, publish (or send to the
+// coordinator), publish batches this peer coordinates, start due
+// rendezvous, and expire old state.
+func (s *Service) tick(ctx context.Context) {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	placed, pos := s.placed, s.pos
+	s.mu.Unlock()
+	if !placed || ctx.Err() != nil {
+		return
+	}
+	s.updateSubscriptions(ctx, now, pos)
+	s.mu.Lock()
+	s.seq++
+	own := s.grid.RegionOf(s.pos)
+	u := &Update{
+		Player: []byte(s.self), Seq: s.seq,
+		X: s.pos.X, Y: s.pos.Y, Vx: s.vel.X, Vy: s.vel.Y,
+		RegionX: int32(own.X), RegionY: int32(own.Y),
+		SentUnixMicro: now.UnixMicro(),
+	}
+	batches := s.takeBatches()
+	if ctx.Err() == nil {
+		s.startRendezvous(ctx, now)
+	}
+	s.expire(now)
+	s.mu.Unlock()
+
+	if s.cfg.Aggregate {
+		s.sendUplink(ctx, own, u)
+	} else {
+		s.publish(ctx, own, &Envelope{Body: &Envelope_Update{Update: u}})
+		s.count.published.Add(1)
+	}
+	for _, b := range batches {
+		s.publish(ctx, coordOf(b.RegionX, b.RegionY), &Envelope{Body: &Envelope_Batch{Batch: b}})
+		s.count.batches.Add(1)
+		s.count.batchEntries.Add(uint64(len(b.Updates)))
+	}
+}
+
+func (s *Service) publish(ctx context.Context, c regions.Coord, env *Envelope) {
+	data, err := proto.Marshal(env)
+	if err != nil {
+		s.log.Error("encode position message", "err", err)
+		return
+	}
+	s.topicMu.Lock()
+	rt, err := s.joinTopic(c)
+	s.topicMu.Unlock()
+	if err != nil {
+		s.log.Warn("join position topic", "region", c, "err", err)
+		return
+	}
+	if err := rt.topic.Publish(ctx, data); err != nil && ctx.Err() == nil {
+		s.log.Warn("publish position", "region", c, "err", err)
+	}
+}
+
+// joinTopic returns the region's topic, joining it and registering its
+// validator on first use. Called with s.topicMu held (not s.mu: the pubsub
+// calls wait for its event loop, and the validators need s.mu meanwhile).
+func (s *Service) joinTopic(c regions.Coord) (*regionTopic, error) {
+	if rt, ok := s.topics[c]; ok {
+		return rt, nil
+	}
+	name := Topic(s.cfg.World, c)
+	if err := s.ps.RegisterTopicValidator(name, s.validator(c), pubsub.WithValidatorInline(true)); err != nil {
+		return nil, fmt.Errorf("validator for %s: %w", name, err)
+	}
+	t, err := s.ps.Join(name)
+	if err != nil {
+		_ = s.ps.UnregisterTopicValidator(name)
+		return nil, fmt.Errorf("join %s: %w", name, err)
+	}
+	if err := t.SetScoreParams(TopicScoreParams()); err != nil {
+		s.log.Debug("topic scoring not set", "topic", name, "err", err)
+	}
+	rt := &regionTopic{topic: t}
+	s.topics[c] = rt
+	return rt, nil
+}
+
+// updateSubscriptions subscribes to every region the player needs now and
+// drops those it has not needed for Linger. Only the tick goroutine calls
+// it; it takes s.topicMu, and s.mu only for the rendezvous schedule.
+func (s *Service) updateSubscriptions(ctx context.Context, now time.Time, pos Vec) {
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
+	need := map[regions.Coord]bool{}
+	var joined, left []regions.Coord
+	defer func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, c := range joined {
+			s.rendezvous[c] = now
+		}
+		for _, c := range left {
+			delete(s.rendezvous, c)
+		}
+	}()
+	for _, c := range s.grid.Subscriptions(pos, s.cfg.Radius, s.cfg.Prefetch) {
+		need[c] = true
+		rt, err := s.joinTopic(c)
+		if err != nil {
+			s.log.Warn("join position topic", "region", c, "err", err)
+			continue
+		}
+		rt.until = time.Time{}
+		if rt.sub != nil {
+			continue
+		}
+		sub, err := rt.topic.Subscribe(pubsub.WithBufferSize(256))
+		if err != nil {
+			s.log.Warn("subscribe position topic", "region", c, "err", err)
+			continue
+		}
+		subCtx, cancel := context.WithCancel(ctx)
+		rt.sub, rt.cancel = sub, cancel
+		joined = append(joined, c)
+		s.wg.Add(1)
+		go s.readLoop(subCtx, sub)
+	}
+	for c, rt := range s.topics {
+		if need[c] || rt.sub == nil {
+			continue
+		}
+		if rt.until.IsZero() {
+			rt.until = now.Add(s.cfg.Linger)
+		} else if now.After(rt.until) {
+			rt.cancel()
+			rt.sub.Cancel()
+			rt.sub = nil
+			left = append(left, c)
+		}
+	}
+}
+
+// readLoop delivers a subscription's validated messages.
+func (s *Service) readLoop(ctx context.Context, sub *pubsub.Subscription) {
+	defer s.wg.Done()
+	for {
+		msg, err := sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		// This player's own updates carry no accepted entries; its own
+		// batches (as a coordinator) carry the other players'.
+		accepted, _ := msg.ValidatorData.(accepted)
+		now := s.cfg.Now()
+		s.mu.Lock()
+		for _, u := range accepted.updates {
+			id := peer.ID(u.Player)
+			if old, ok := s.view[id]; !ok || old.u.GetSeq() < u.GetSeq() {
+				s.view[id] = &seenPlayer{u: u, arrived: now}
+			}
+		}
+		s.mu.Unlock()
+		for _, u := range accepted.updates {
+			s.count.delivered.Add(1)
+			if s.onDeliver != nil {
+				s.onDeliver(Delivery{
+					Player: peer.ID(u.Player), Region: coordOf(u.RegionX, u.RegionY), Seq: u.Seq,
+					Sent: time.UnixMicro(u.SentUnixMicro), Arrived: now, Batched: accepted.batched,
+				})
+			}
+		}
+	}
+}
+
+// accepted is what the validator hands to the reader: the updates it let
+// through.
+type accepted struct {
+	updates []*Update
+	batched bool
+}
+
+// validator checks a message on region c's topic: size, decoding, author,
+// region, then each update against the Tracker.
+func (s *Service) validator(c regions.Coord) pubsub.ValidatorEx {
+	return func(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+		v, reason, acc := s.check(c, msg)
+		s.count.verdict(v, reason)
+		switch v {
+		case Accept:
+			msg.ValidatorData = acc
+			return pubsub.ValidationAccept
+		case Ignore:
+			return pubsub.ValidationIgnore
+		default:
+			s.log.Debug("position update rejected", "region", c, "author", msg.GetFrom(), "reason", reason)
+			return pubsub.ValidationReject
+		}
+	}
+}
+
+func (s *Service) check(c regions.Coord, msg *pubsub.Message) (Verdict, string, accepted) {
+	if len(msg.GetData()) > MaxBatchBytes {
+		return Reject, ReasonTooLarge, accepted{}
+	}
+	env, err := DecodeEnvelope(msg.GetData())
+	if err != nil {
+		return Reject, ReasonMalformed, accepted{}
+	}
+	author := msg.GetFrom()
+	now := s.cfg.Now()
+	switch b := env.Body.(type) {
+	case *Envelope_Update:
+		u := b.Update
+		if peer.ID(u.Player) != author {
+			return Reject, ReasonForged, accepted{}
+		}
+		if coordOf(u.RegionX, u.RegionY) != c {
+			return Reject, ReasonWrongRegion, accepted{}
+		}
+		if author == s.self {
+			return Accept, "", accepted{}
+		}
+		s.mu.Lock()
+		v, reason := s.tracker.Observe(author, u, now)
+		s.count.setTracker(s.tracker.Stats())
+		s.mu.Unlock()
+		if v != Accept {
+			return v, reason, accepted{}
+		}
+		return Accept, "", accepted{updates: []*Update{u}}
+	case *Envelope_Batch:
+		bt := b.Batch
+		if peer.ID(bt.Coordinator) != author {
+			return Reject, ReasonForged, accepted{}
+		}
+		if coordOf(bt.RegionX, bt.RegionY) != c {
+			return Reject, ReasonWrongRegion, accepted{}
+		}
+		if author == s.self {
+			acc := accepted{batched: true}
+			for _, u := range bt.Updates {
+				if peer.ID(u.Player) != s.self {
+					acc.updates = append(acc.updates, u)
+				}
+			}
+			return Accept, "", acc
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		defer func() { s.count.setTracker(s.tracker.Stats()) }()
+		if e, ok := s.coordinator[c]; ok && e.id != author {
+			// By this peer's view someone else coordinates the region:
+			// placement is changing; drop without blame.
+			return Ignore, ReasonNotCoordinator, accepted{}
+		}
+		acc := accepted{batched: true}
+		for _, u := range bt.Updates {
+			if coordOf(u.RegionX, u.RegionY) != c {
+				return Reject, ReasonWrongRegion, accepted{}
+			}
+			if peer.ID(u.Player) == s.self {
+				continue
+			}
+			v, reason := s.tracker.Observe(peer.ID(u.Player), u, now)
+			switch v {
+			case Reject:
+				return Reject, reason, accepted{}
+			case Accept:
+				acc.updates = append(acc.updates, u)
+			}
+		}
+		if len(acc.updates) == 0 {
+			return Ignore, ReasonDuplicate, accepted{}
+		}
+		return Accept, "", acc
+	}
+	return Reject, ReasonMalformed, accepted{}
+}
+
+// ReasonNotCoordinator marks a batch from a peer that does not coordinate
+// the region by the receiver's view.
+const ReasonNotCoordinator = "not_coordinator"
+
+// Seen is another player as this player sees it now.
+type Seen struct {
+	Player  peer.ID
+	Region  regions.Coord
+	Pos     Vec // dead-reckoned to now
+	Vel     Vec
+	Seq     uint64
+	Updated time.Time // arrival of the newest update
+}
+
+// View lists the players in the regions within Radius of the player's own,
+// positions dead-reckoned to now, sorted by peer ID.
+func (s *Service) View(now time.Time) []Seen {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	own := s.grid.RegionOf(s.pos)
+	out := make([]Seen, 0, len(s.view))
+	for id, sp := range s.view {
+		r := coordOf(sp.u.RegionX, sp.u.RegionY)
+		if !Within(own, r, s.cfg.Radius) {
+			continue
+		}
+		vel := Vec{sp.u.Vx, sp.u.Vy}
+		out = append(out, Seen{
+			Player: id, Region: r, Vel: vel, Seq: sp.u.Seq, Updated: sp.arrived,
+			Pos: DeadReckon(Vec{sp.u.X, sp.u.Y}, vel, now.Sub(sp.arrived), s.cfg.MaxExtrapolation),
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Player < out[j].Player })
+	return out
+}
+
+// DeadReckon extrapolates pos by vel (units per second) over elapsed, at
+// most limit, in integer arithmetic.
+func DeadReckon(pos, vel Vec, elapsed, limit time.Duration) Vec {
+	elapsed = min(max(elapsed, 0), limit)
+	us := elapsed.Microseconds()
+	return Vec{
+		X: sat(pos.X, int32(int64(vel.X)*us/1e6)),
+		Y: sat(pos.Y, int32(int64(vel.Y)*us/1e6)),
+	}
+}
+
+// expire drops players silent for Expire from the view and tracker state
+// older than ten times that. Called with s.mu held.
+func (s *Service) expire(now time.Time) {
+	for id, sp := range s.view {
+		if now.Sub(sp.arrived) > s.cfg.Expire {
+			delete(s.view, id)
+		}
+	}
+	s.tracker.Forget(now.Add(-10 * s.cfg.Expire))
+	s.ingest.Forget(now.Add(-10 * s.cfg.Expire))
+	for c, m := range s.interested {
+		for id, until := range m {
+			if now.After(until) {
+				delete(m, id)
+			}
+		}
+		if len(m) == 0 {
+			delete(s.interested, c)
+		}
+	}
+}

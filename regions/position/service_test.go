@@ -1,0 +1,440 @@
+package position_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	ma "github.com/multiformats/go-multiaddr"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/regions"
+	"github.com/overworld-p2p/overworld/regions/position"
+)
+
+type testPeer struct {
+	node    *node.Node
+	svc     *position.Service
+	scoring *position.Scoring
+	region  regions.Coord
+}
+
+// newMockNode adds an ed25519 peer to mn and builds a node on it that
+// bootstraps from boot (if any).
+func newMockNode(t *testing.T, mn mocknet.Mocknet, idx int, boot []peer.AddrInfo, scoring *position.Scoring) *node.Node {
+	t.Helper()
+	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := net.ParseIP("100::")
+	ip[14], ip[15] = byte(idx>>8), byte(idx)
+	h, err := mn.AddPeer(sk, ma.StringCast(fmt.Sprintf("/ip6/%s/tcp/4242", ip)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []node.Option{node.WithHost(h)}
+	if len(boot) > 0 {
+		opts = append(opts, node.WithBootstrapPeers(boot...))
+	}
+	if scoring != nil {
+		opts = append(opts, node.WithPubSubOptions(scoring.Options()...))
+	}
+	n, err := node.New(context.Background(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodesOf(t).add(n)
+	return n
+}
+
+// newMocknet returns an in-memory network closed when the test ends, after
+// the services and nodes on it (cleanups run last-registered first): closing
+// the network under running services makes every stream reset race with
+// their traffic.
+func newMocknet(t *testing.T) mocknet.Mocknet {
+	mn := mocknet.New()
+	t.Cleanup(func() { _ = mn.Close() })
+	return mn
+}
+
+// nodeSet closes a test's nodes concurrently when the test ends: one by
+// one, thirty DHT shutdowns add up.
+type nodeSet struct {
+	mu    sync.Mutex
+	nodes []*node.Node
+}
+
+var testNodes sync.Map // *testing.T -> *nodeSet
+
+func nodesOf(t *testing.T) *nodeSet {
+	if s, ok := testNodes.Load(t); ok {
+		return s.(*nodeSet)
+	}
+	s := &nodeSet{}
+	testNodes.Store(t, s)
+	t.Cleanup(func() {
+		testNodes.Delete(t)
+		var wg sync.WaitGroup
+		for _, n := range s.nodes {
+			wg.Go(func() { n.Close() })
+		}
+		wg.Wait()
+	})
+	return s
+}
+
+func (s *nodeSet) add(n *node.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes = append(s.nodes, n)
+}
+
+func centre(cfg position.Config, c regions.Coord) position.Vec {
+	return position.Vec{X: int32(c.X)*cfg.RegionUnits + cfg.RegionUnits/2, Y: int32(c.Y)*cfg.RegionUnits + cfg.RegionUnits/2}
+}
+
+// startPeers builds n players spread over the world, all connected to each
+// other, each standing still in the centre of its region.
+func startPeers(t *testing.T, ctx context.Context, mn mocknet.Mocknet, cfg position.Config, count int) []*testPeer {
+	t.Helper()
+	var peers []*testPeer
+	for i := range count {
+		sc := position.NewScoring()
+		n := newMockNode(t, mn, i, nil, sc)
+		svc, err := position.New(n, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := regions.Coord{X: i % cfg.Width, Y: (i / cfg.Width) % cfg.Height}
+		svc.Move(centre(cfg, r), position.Vec{})
+		peers = append(peers, &testPeer{node: n, svc: svc, scoring: sc, region: r})
+	}
+	connectAll(t, mn, peers)
+	// The services stop first when the test ends, while their nodes and
+	// the network still run.
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{}, count)
+	for _, p := range peers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if err := p.svc.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		stop()
+		for range count {
+			<-done
+		}
+	})
+	return peers
+}
+
+// connectAll links and connects every pair of peers and waits until every
+// routing table holds all others: placement reads the routing table.
+func connectAll(t *testing.T, mn mocknet.Mocknet, peers []*testPeer) {
+	t.Helper()
+	if err := mn.LinkAll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mn.ConnectAllButSelf(); err != nil {
+		t.Fatal(err)
+	}
+	polls := 0
+	waitFor(t, 30*time.Second, "full routing tables", func() bool {
+		polls++
+		full := true
+		for _, p := range peers {
+			if p.node.DHT().RoutingTable().Size() < len(peers)-1 {
+				full = false
+				// A peer whose identify finished before its DHT watched
+				// for it is only added by a lookup: ask for one now and
+				// then rather than wait for the periodic refresh.
+				if polls%40 == 0 {
+					p.node.DHT().RefreshRoutingTable()
+				}
+			}
+		}
+		return full
+	})
+}
+
+// expected lists who each peer should see: everyone else within the radius.
+func expected(peers []*testPeer, radius int) []map[peer.ID]bool {
+	out := make([]map[peer.ID]bool, len(peers))
+	for i, p := range peers {
+		out[i] = map[peer.ID]bool{}
+		for j, q := range peers {
+			if i != j && position.Within(p.region, q.region, radius) {
+				out[i][q.node.ID()] = true
+			}
+		}
+	}
+	return out
+}
+
+// waitViews polls until every peer's view is exactly what it should see.
+func waitViews(t *testing.T, peers []*testPeer, radius int, deadline time.Duration) {
+	t.Helper()
+	want := expected(peers, radius)
+	stop := time.Now().Add(deadline)
+	for {
+		bad := -1
+		var got []position.Seen
+		for i, p := range peers {
+			got = p.svc.View(time.Now())
+			ok := len(got) == len(want[i])
+			for _, s := range got {
+				ok = ok && want[i][s.Player]
+			}
+			if !ok {
+				bad = i
+				break
+			}
+		}
+		if bad < 0 {
+			return
+		}
+		if time.Now().After(stop) {
+			t.Fatalf("peer %d in region %s sees %d players, want %d (stats %+v)", bad, peers[bad].region, len(got), len(want[bad]), peers[bad].svc.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// manyPeers is the size of the multi-peer tests: 30 players in 9 regions,
+// 18 under the race detector.
+func manyPeers() int {
+	if raceEnabled {
+		return 18
+	}
+	return 30
+}
+
+func testConfig(aggregate bool) position.Config {
+	cfg := position.DefaultConfig()
+	cfg.World = "test"
+	cfg.Width, cfg.Height = 3, 3
+	cfg.Aggregate = aggregate
+	cfg.Rendezvous = time.Second
+	// Lighter than the game's 150 ms and forgiving expiry: the test checks
+	// who sees whom, and the machine running it may be busy.
+	cfg.Interval = 300 * time.Millisecond
+	cfg.Expire = 10 * time.Second
+	return cfg
+}
+
+// TestRegionMulticast: 30 peers (18 under -race) in 9 regions each see
+// exactly the peers of their own and adjacent regions, in direct and in
+// aggregated mode; every delivered update comes from a region within the
+// radius.
+func TestRegionMulticast(t *testing.T) {
+	for _, aggregate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("aggregate=%v", aggregate), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			mn := newMocknet(t)
+			mn.SetLinkDefaults(mocknet.LinkOptions{Latency: 2 * time.Millisecond})
+			cfg := testConfig(aggregate)
+			start := time.Now()
+			peers := startPeers(t, ctx, mn, cfg, manyPeers())
+			t.Logf("%d peers up and connected in %s", len(peers), time.Since(start))
+			start = time.Now()
+			waitViews(t, peers, cfg.Radius, 60*time.Second)
+			t.Logf("views complete in %s", time.Since(start))
+			for i, p := range peers {
+				st := p.svc.Stats()
+				if st.TotalRejected() != 0 {
+					t.Errorf("peer %d rejected honest updates: %v", i, st.Rejected)
+				}
+			}
+		})
+	}
+}
+
+// TestDeliveriesStayInRadius checks the deliveries themselves, not only the
+// view: no update from beyond the radius ever arrives.
+func TestDeliveriesStayInRadius(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mn := newMocknet(t)
+	cfg := testConfig(false)
+	cfg.Width, cfg.Height = 4, 1
+	var peers []*testPeer
+	far := make(chan position.Delivery, 1)
+	for i := range 8 {
+		n := newMockNode(t, mn, i, nil, nil)
+		r := regions.Coord{X: i % 4}
+		svc, err := position.New(n, cfg, position.WithDeliveryHook(func(d position.Delivery) {
+			if !position.Within(r, d.Region, cfg.Radius) {
+				select {
+				case far <- d:
+				default:
+				}
+			}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Move(centre(cfg, r), position.Vec{})
+		peers = append(peers, &testPeer{node: n, svc: svc, region: r})
+	}
+	// Everyone connected to everyone: gossipsub knows every subscription,
+	// so only the topic filter keeps far updates away.
+	connectAll(t, mn, peers)
+	done := make(chan struct{}, len(peers))
+	for _, p := range peers {
+		go func() { p.svc.Run(ctx); done <- struct{}{} }()
+	}
+	waitViews(t, peers, cfg.Radius, 30*time.Second)
+	cancel()
+	for range peers {
+		<-done
+	}
+	select {
+	case d := <-far:
+		t.Fatalf("update from region %s delivered beyond the radius", d.Region)
+	default:
+	}
+}
+
+// TestRejectsBadUpdates: forged, replayed and teleporting updates from an
+// attacker in the middle region are rejected by every receiver, never reach
+// a view, and cost the attacker gossipsub score.
+func TestRejectsBadUpdates(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mn := newMocknet(t)
+	cfg := testConfig(false)
+	peers := startPeers(t, ctx, mn, cfg, manyPeers())
+	waitViews(t, peers, cfg.Radius, 60*time.Second)
+
+	attacker := newMockNode(t, mn, 99, nil, nil)
+	if err := mn.LinkAll(); err != nil {
+		t.Fatal(err)
+	}
+	mid := regions.Coord{X: 1, Y: 1}
+	for _, p := range peers {
+		if _, err := mn.ConnectPeers(attacker.ID(), p.node.ID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	topic, err := attacker.PubSub().Join(position.Topic(cfg.World, mid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topic.Subscribe(); err != nil {
+		t.Fatal(err)
+	}
+	victim := peers[4] // in the middle region
+	pos := centre(cfg, mid)
+	send := func(player peer.ID, seq uint64, at position.Vec) {
+		t.Helper()
+		u := &position.Update{Player: []byte(player), Seq: seq, X: at.X, Y: at.Y, RegionX: 1, RegionY: 1, SentUnixMicro: time.Now().UnixMicro()}
+		data, err := proto.Marshal(&position.Envelope{Body: &position.Envelope_Update{Update: u}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := topic.Publish(ctx, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Honest updates until every peer of the neighbourhood shows the
+	// attacker at sequence 100 or later.
+	seq := uint64(99)
+	waitFor(t, 60*time.Second, "attacker's honest updates", func() bool {
+		seq++
+		send(attacker.ID(), seq, pos)
+		for _, p := range peers {
+			found := false
+			for _, s := range p.svc.View(time.Now()) {
+				found = found || (s.Player == attacker.ID() && s.Seq >= 100)
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	})
+	forgedAt := position.Vec{X: pos.X + 100, Y: pos.Y}
+	// Each round starts with a fresh honest update: a teleport is a jump
+	// from the position a receiver accepted just before, and one that has
+	// missed updates for a while could not tell a long walk from a jump.
+	sendBad := func() {
+		seq++
+		send(attacker.ID(), seq, pos)
+		send(victim.node.ID(), 1<<40, forgedAt)                             // forged: names the victim
+		send(attacker.ID(), 3, pos)                                         // replay: far behind
+		send(attacker.ID(), seq+1, position.Vec{X: pos.X + 4000, Y: pos.Y}) // teleport: 16 tiles at once
+	}
+	// Sent again while some receiver has not rejected all three yet: on a
+	// busy machine gossipsub may drop a message from a full outbound queue,
+	// and a one-shot message would then never arrive.
+	reasons := []string{position.ReasonForged, position.ReasonReplay, position.ReasonTeleport}
+	missing := func() []string {
+		var out []string
+		for i, p := range peers {
+			rej := p.svc.Stats().Rejected
+			for _, r := range reasons {
+				if rej[r] == 0 {
+					out = append(out, fmt.Sprintf("peer %d: %s", i, r))
+				}
+			}
+		}
+		return out
+	}
+	polls := 0
+	sendBad()
+	waitFor(t, 30*time.Second, "every receiver rejects all three", func() bool {
+		if len(missing()) == 0 {
+			return true
+		}
+		if polls++; polls%20 == 0 {
+			t.Logf("still missing: %v", missing())
+			sendBad()
+		}
+		return false
+	})
+	for i, p := range peers {
+		for _, s := range p.svc.View(time.Now()) {
+			if s.Player == victim.node.ID() && s.Seq >= 1<<40 {
+				t.Errorf("peer %d took the forged update", i)
+			}
+			if s.Player == attacker.ID() && s.Seq > seq {
+				t.Errorf("peer %d took attacker update %d", i, s.Seq)
+			}
+		}
+	}
+	waitFor(t, 30*time.Second, "attacker's score falls below zero", func() bool {
+		for _, p := range peers {
+			if s, ok := p.scoring.Score(attacker.ID()); !ok || s >= 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	stop := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(stop) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var _ = pubsub.ValidationAccept

@@ -1,0 +1,186 @@
+package position
+
+import (
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Verdict is what a receiver does with an update.
+type Verdict int
+
+const (
+	// Accept delivers the update.
+	Accept Verdict = iota
+	// Ignore drops it without blaming the sender: a duplicate or an update
+	// overtaken in the network.
+	Ignore
+	// Reject drops it and penalises the peer that sent it.
+	Reject
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Accept:
+		return "accept"
+	case Ignore:
+		return "ignore"
+	default:
+		return "reject"
+	}
+}
+
+// Reasons an update is not accepted; they label the metrics.
+const (
+	ReasonTooLarge    = "too_large"
+	ReasonMalformed   = "malformed"
+	ReasonForged      = "forged"
+	ReasonWrongRegion = "wrong_region"
+	ReasonOutOfWorld  = "out_of_world"
+	ReasonTooFast     = "too_fast"
+	ReasonTeleport    = "teleport"
+	ReasonReplay      = "replay"
+	ReasonDuplicate   = "duplicate"
+	ReasonReordered   = "reordered"
+	ReasonFuture      = "from_future"
+)
+
+// Limits are the checks a Tracker applies.
+type Limits struct {
+	Grid           Grid
+	MaxSpeed       int32
+	SpeedTolerance int32
+	MaxClockSkew   time.Duration
+	ReorderWindow  uint64
+}
+
+// Limits returns the config's checks.
+func (c Config) Limits() Limits {
+	return Limits{
+		Grid:           c.Grid(),
+		MaxSpeed:       c.MaxSpeed,
+		SpeedTolerance: c.SpeedTolerance,
+		MaxClockSkew:   c.MaxClockSkew,
+		ReorderWindow:  c.ReorderWindow,
+	}
+}
+
+// TrackerStats count what a Tracker saw.
+type TrackerStats struct {
+	Accepted  uint64
+	Lost      uint64 // sequence numbers skipped over by accepted updates
+	Reordered uint64 // updates that arrived after a newer one
+	Duplicate uint64
+}
+
+// Tracker keeps the newest update of every player it heard from and decides
+// whether the next one is acceptable: a sequence number newer than the last
+// and a move the speed limit allows in the time since the last arrival. It
+// is not safe for concurrent use and has no clock: callers pass now.
+type Tracker struct {
+	lim     Limits
+	players map[peer.ID]*lastSeen
+	stats   TrackerStats
+}
+
+type lastSeen struct {
+	seq  uint64
+	pos  Vec
+	sent time.Time // the sender's timestamp
+	at   time.Time // arrival
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker(lim Limits) *Tracker {
+	return &Tracker{lim: lim, players: map[peer.ID]*lastSeen{}}
+}
+
+// Observe checks an update of player that arrived at now and, if it is
+// accepted, records it. The caller has already checked that the update's
+// author is player.
+func (t *Tracker) Observe(player peer.ID, u *Update, now time.Time) (Verdict, string) {
+	if u.GetSeq() == 0 {
+		return Reject, ReasonMalformed
+	}
+	pos := Vec{u.GetX(), u.GetY()}
+	if !t.inWorld(pos) {
+		return Reject, ReasonOutOfWorld
+	}
+	if t.lim.Grid.RegionOf(pos) != coordOf(u.GetRegionX(), u.GetRegionY()) {
+		return Reject, ReasonWrongRegion
+	}
+	limit := int64(t.lim.MaxSpeed) + int64(t.lim.SpeedTolerance)
+	if vx, vy := int64(u.GetVx()), int64(u.GetVy()); vx*vx+vy*vy > limit*limit {
+		return Reject, ReasonTooFast
+	}
+	sent := time.UnixMicro(u.GetSentUnixMicro())
+	if sent.After(now.Add(t.lim.MaxClockSkew)) {
+		return Reject, ReasonFuture
+	}
+	last, known := t.players[player]
+	if known {
+		switch {
+		case u.GetSeq() == last.seq:
+			t.stats.Duplicate++
+			return Ignore, ReasonDuplicate
+		case u.GetSeq() < last.seq && last.seq-u.GetSeq() <= t.lim.ReorderWindow:
+			t.stats.Reordered++
+			return Ignore, ReasonReordered
+		case u.GetSeq() < last.seq:
+			return Reject, ReasonReplay
+		}
+		if !t.reachable(last, pos, sent) {
+			return Reject, ReasonTeleport
+		}
+		t.stats.Lost += u.GetSeq() - last.seq - 1
+	} else {
+		last = &lastSeen{}
+		t.players[player] = last
+	}
+	last.seq, last.pos, last.sent, last.at = u.GetSeq(), pos, sent, now
+	t.stats.Accepted++
+	return Accept, ""
+}
+
+// reachable reports whether a player last seen at from can be at to when it
+// sent the new update: at most MaxSpeed for the time between the two
+// timestamps, plus SpeedTolerance.
+func (t *Tracker) reachable(from *lastSeen, to Vec, sent time.Time) bool {
+	dt := max(sent.Sub(from.sent), 0)
+	allowed := int64(t.lim.MaxSpeed)*dt.Microseconds()/1e6 + int64(t.lim.SpeedTolerance)
+	dx, dy := int64(to.X)-int64(from.pos.X), int64(to.Y)-int64(from.pos.Y)
+	return dx*dx+dy*dy <= allowed*allowed
+}
+
+func (t *Tracker) inWorld(p Vec) bool {
+	g := t.lim.Grid
+	return p.X >= 0 && p.Y >= 0 &&
+		int64(p.X) < int64(g.RegionUnits)*int64(g.Width) &&
+		int64(p.Y) < int64(g.RegionUnits)*int64(g.Height)
+}
+
+// Forget drops players not heard from since before cutoff, so the tracker's
+// memory follows the players around, not all players ever seen. A forgotten
+// player's next update is accepted as a first one.
+func (t *Tracker) Forget(cutoff time.Time) {
+	for id, l := range t.players {
+		if l.at.Before(cutoff) {
+			delete(t.players, id)
+		}
+	}
+}
+
+// Last returns the newest accepted sequence number of player.
+func (t *Tracker) Last(player peer.ID) (uint64, bool) {
+	l, ok := t.players[player]
+	if !ok {
+		return 0, false
+	}
+	return l.seq, true
+}
+
+// Stats returns the counters.
+func (t *Tracker) Stats() TrackerStats { return t.stats }
+
+// Len is the number of players tracked.
+func (t *Tracker) Len() int { return len(t.players) }
