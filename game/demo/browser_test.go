@@ -15,7 +15,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
 )
 
@@ -167,21 +166,14 @@ func TestBrowserPlaysDemo(t *testing.T) {
 		t.Fatalf("the peer did not see the move: still at %+v", self.Pos)
 	}
 
-	// Say a line once the player is in its region's chat.
-	// Chat is region-wide: wait until the player is in its region's chat
-	// and a bot stands in the same region (bots wander off now and then).
-	regionOf := func(p *play.Peer) game.RegionCoord {
-		var rc game.RegionCoord
-		p.With(func(a *play.Avatar) { rc = a.Region() })
-		return rc
-	}
-	deadlineWait(t, deadline, "the player's region loaded and a bot in it", func() bool {
-		rc := regionOf(d.Player)
-		if !d.Player.Loaded(rc) {
-			return false
-		}
-		for _, b := range d.Bots {
-			if regionOf(b) == rc {
+	// Whisper a line to a bot the player sees. A whisper is a direct
+	// stream, so whether it arrives does not depend on where the bots have
+	// wandered; region-wide chat is tested in game/play (TestPlayersTogether).
+	var target string
+	deadlineWait(t, deadline, "a named bot in view", func() bool {
+		for _, pv := range d.Player.Snapshot().Players {
+			if pv.Name != "" && pv.Name != d.Player.Name() {
+				target = pv.Name
 				return true
 			}
 		}
@@ -192,15 +184,15 @@ func TestBrowserPlaysDemo(t *testing.T) {
 	}
 	poll(10*time.Second, "chat box focused", `document.activeElement.id === 'chat-input' ? 'yes' : ''`)
 	const line = "hello from chromium"
-	if err := chromedp.Do(deadline, chromedp.KeyEvent(line), chromedp.KeyEvent(kb.Enter)); err != nil {
+	if err := chromedp.Do(deadline, chromedp.KeyEvent("/w "+target+" "+line), chromedp.KeyEvent(kb.Enter)); err != nil {
 		t.Fatal(err)
 	}
-	poll(10*time.Second, "own line in the log", `document.getElementById('log').textContent.includes('Wanderer: `+line+`') ? 'yes' : ''`)
+	poll(10*time.Second, "own line in the log", `document.getElementById('log').textContent.includes('`+line+`') ? 'yes' : ''`)
 	var hearer *play.Peer
-	deadlineWait(t, deadline, "another peer hearing the line", func() bool {
+	deadlineWait(t, deadline, "the whispered bot hearing the line", func() bool {
 		for _, b := range d.Bots {
 			for _, m := range b.Messages() {
-				if m.Kind == "chat" && m.From == "Wanderer" && m.Text == line {
+				if m.Kind == "whisper" && m.From == d.Player.Name() && m.Text == line {
 					hearer = b
 					return true
 				}
@@ -208,6 +200,9 @@ func TestBrowserPlaysDemo(t *testing.T) {
 		}
 		return false
 	})
+	if hearer.Name() != target {
+		t.Fatalf("%s heard a whisper meant for %s", hearer.Name(), target)
+	}
 	t.Logf("%s heard the line", hearer.Name())
 
 	png, err := chromedp.Run(deadline, chromedp.CaptureScreenshot())
