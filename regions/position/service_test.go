@@ -152,7 +152,7 @@ func connectAll(t *testing.T, mn mocknet.Mocknet, peers []*testPeer) {
 		t.Fatal(err)
 	}
 	polls := 0
-	waitFor(t, 30*time.Second, "full routing tables", func() bool {
+	waitFor(t, 60*time.Second, "full routing tables", func() bool {
 		polls++
 		full := true
 		for _, p := range peers {
@@ -160,9 +160,10 @@ func connectAll(t *testing.T, mn mocknet.Mocknet, peers []*testPeer) {
 				full = false
 				// A peer whose identify finished before its DHT watched
 				// for it is only added by a lookup: ask for one now and
-				// then rather than wait for the periodic refresh.
+				// then rather than wait for the periodic refresh (forced:
+				// a plain refresh skips buckets refreshed moments ago).
 				if polls%40 == 0 {
-					p.node.DHT().RefreshRoutingTable()
+					p.node.DHT().ForceRefresh()
 				}
 			}
 		}
@@ -350,33 +351,37 @@ func TestRejectsBadUpdates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Honest updates until every peer of the neighbourhood shows the
-	// attacker at sequence 100 or later.
+	// takeHonest sends fresh honest updates until every peer of the
+	// neighbourhood shows the attacker at the newest one, so that each
+	// receiver holds a recent position to judge a jump against (one that
+	// missed updates for a while could not tell a long walk from a jump).
 	seq := uint64(99)
-	waitFor(t, 60*time.Second, "attacker's honest updates", func() bool {
-		seq++
-		send(attacker.ID(), seq, pos)
-		for _, p := range peers {
-			found := false
-			for _, s := range p.svc.View(time.Now()) {
-				found = found || (s.Player == attacker.ID() && s.Seq >= 100)
+	takeHonest := func() {
+		t.Helper()
+		waitFor(t, 60*time.Second, "every receiver to take the attacker's honest update", func() bool {
+			seq++
+			send(attacker.ID(), seq, pos)
+			for _, p := range peers {
+				found := false
+				for _, s := range p.svc.View(time.Now()) {
+					found = found || (s.Player == attacker.ID() && s.Seq+1 >= seq)
+				}
+				if !found {
+					return false
+				}
 			}
-			if !found {
-				return false
-			}
-		}
-		return true
-	})
+			return true
+		})
+	}
+	takeHonest()
 	forgedAt := position.Vec{X: pos.X + 100, Y: pos.Y}
-	// Each round starts with a fresh honest update: a teleport is a jump
-	// from the position a receiver accepted just before, and one that has
-	// missed updates for a while could not tell a long walk from a jump.
+	// Each round starts with honest updates every receiver has taken.
 	sendBad := func() {
-		seq++
-		send(attacker.ID(), seq, pos)
+		takeHonest()
 		send(victim.node.ID(), 1<<40, forgedAt)                             // forged: names the victim
 		send(attacker.ID(), 3, pos)                                         // replay: far behind
 		send(attacker.ID(), seq+1, position.Vec{X: pos.X + 4000, Y: pos.Y}) // teleport: 16 tiles at once
+		seq++                                                               // the next honest update follows the teleport's number
 	}
 	// Sent again while some receiver has not rejected all three yet: on a
 	// busy machine gossipsub may drop a message from a full outbound queue,
@@ -411,8 +416,8 @@ func TestRejectsBadUpdates(t *testing.T) {
 			if s.Player == victim.node.ID() && s.Seq >= 1<<40 {
 				t.Errorf("peer %d took the forged update", i)
 			}
-			if s.Player == attacker.ID() && s.Seq > seq {
-				t.Errorf("peer %d took attacker update %d", i, s.Seq)
+			if s.Player == attacker.ID() && s.Pos != pos {
+				t.Errorf("peer %d took attacker update %d to %+v; it only ever stood at %+v", i, s.Seq, s.Pos, pos)
 			}
 		}
 	}
