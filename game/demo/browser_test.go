@@ -5,45 +5,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/overworld-p2p/overworld/game/play"
+	"github.com/overworld-p2p/overworld/game/webui/browsertest"
 )
-
-func chromiumPath() string {
-	for _, p := range []string{os.Getenv("OVERWORLD_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
-		if p == "" {
-			continue
-		}
-		if _, err := exec.LookPath(p); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// keyAction dispatches only the key-down (down=true) or key-up events of r,
-// so that a key can be held across several ticks.
-func keyAction(r rune, down bool) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		for _, k := range kb.Encode(r) {
-			if (down && k.Type == kb.KeyDown) || (!down && k.Type == kb.KeyUp) {
-				if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, *k); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-}
 
 func demoLogger() *slog.Logger {
 	if os.Getenv("DEMO_TEST_LOG") != "" {
@@ -57,10 +28,7 @@ func demoLogger() *slog.Logger {
 // five other players, walks with the keyboard, says a line that another
 // peer hears, and saves a screenshot (to $OVERWORLD_SCREENSHOT if set).
 func TestBrowserPlaysDemo(t *testing.T) {
-	bin := chromiumPath()
-	if bin == "" {
-		t.Skip("chromium not found at /usr/bin/chromium (apt-get install -y chromium, or set OVERWORLD_CHROMIUM)")
-	}
+	ctx := browsertest.Start(t)
 	startCtx, cancelStart := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancelStart()
 	d, err := Start(startCtx, Config{Bots: 6, HTTP: "127.0.0.1:0", Logger: demoLogger()})
@@ -77,28 +45,6 @@ func TestBrowserPlaysDemo(t *testing.T) {
 	}()
 	t.Logf("demo at %s, accounts at %s", d.URL, d.AccountsURL)
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(bin),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		// Resolve nothing but loopback: the test must not reach any other host.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 800),
-	)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	defer cancelTab()
-	if err := chromedp.Do(ctx); err != nil { // start the browser without a deadline
-		t.Fatal(err)
-	}
 	deadline, cancel := context.WithTimeout(ctx, 150*time.Second)
 	defer cancel()
 	if err := chromedp.Do(deadline,
@@ -139,7 +85,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 	start := poll(10*time.Second, "own position", status)
 	moved := ""
 	for _, key := range []rune{'d', 'a', 's', 'w'} {
-		if err := chromedp.Do(deadline, keyAction(key, true)); err != nil {
+		if err := chromedp.Do(deadline, browsertest.KeyAction(key, true)); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(deadline, 3*time.Second)
@@ -150,7 +96,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		cancel()
-		if err := chromedp.Do(deadline, keyAction(key, false)); err != nil {
+		if err := chromedp.Do(deadline, browsertest.KeyAction(key, false)); err != nil {
 			t.Fatal(err)
 		}
 		if moved != "" {
@@ -179,7 +125,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 		}
 		return false
 	})
-	if err := chromedp.Do(deadline, keyAction('\r', true), keyAction('\r', false)); err != nil {
+	if err := chromedp.Do(deadline, browsertest.KeyAction('\r', true), browsertest.KeyAction('\r', false)); err != nil {
 		t.Fatal(err)
 	}
 	poll(10*time.Second, "chat box focused", `document.activeElement.id === 'chat-input' ? 'yes' : ''`)

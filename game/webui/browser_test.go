@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,50 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/game/webui/browsertest"
 )
-
-// chromiumPath finds the browser for the end-to-end test.
-func chromiumPath() string {
-	for _, p := range []string{os.Getenv("OVERWORLD_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
-		if p == "" {
-			continue
-		}
-		if _, err := exec.LookPath(p); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// keyAction dispatches only the key-down (down=true) or key-up events of
-// r, so a key can be held across several ticks.
-func keyAction(r rune, down bool) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		for _, k := range kb.Encode(r) {
-			if (down && k.Type == kb.KeyDown) || (!down && k.Type == kb.KeyUp) {
-				if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, *k); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-}
 
 // TestBrowserPlays loads the page in headless Chromium against a
 // LocalSession, walks with the keyboard, chats, and saves a screenshot
 // (to $OVERWORLD_SCREENSHOT if set, else into the test's temp dir).
 func TestBrowserPlays(t *testing.T) {
-	bin := chromiumPath()
-	if bin == "" {
-		t.Skip("chromium not found at /usr/bin/chromium (apt-get install -y chromium, or set OVERWORLD_CHROMIUM)")
-	}
+	ctx := browsertest.Start(t)
 	cfg := testConfig()
 	l, err := NewLocalSession(LocalOptions{Config: cfg, PlayerID: "me", Name: "Wanderer", Bots: 5, BotSeed: 4})
 	if err != nil {
@@ -92,28 +59,6 @@ func TestBrowserPlays(t *testing.T) {
 	stopServe := serveInBackground(t, l, ln)
 	defer func() { stopServe() }()
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(bin),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		// Resolve nothing but loopback: the test must not reach any other host.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 800),
-	)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	defer cancelTab()
-	if err := chromedp.Do(ctx); err != nil { // start the browser without a deadline
-		t.Fatal(err)
-	}
 	deadline, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 
@@ -147,12 +92,12 @@ func TestBrowserPlays(t *testing.T) {
 		return o.maps.size >= 4 && o.view.players.length >= 3 ? 'yes' : ''; })()`)
 
 	// Hold D (right) until the page reports the player further right.
-	if err := chromedp.Do(deadline, keyAction('d', true)); err != nil {
+	if err := chromedp.Do(deadline, browsertest.KeyAction('d', true)); err != nil {
 		t.Fatal(err)
 	}
 	moved := poll("moving right", fmt.Sprintf(`(() => { const x = +document.getElementById('status').dataset.x;
 		return x > %d + 2 * %d ? String(x) : ''; })()`, startX, game.TileUnits))
-	if err := chromedp.Do(deadline, keyAction('d', false)); err != nil {
+	if err := chromedp.Do(deadline, browsertest.KeyAction('d', false)); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("player moved from x=%d to x=%s", startX, moved)
@@ -166,7 +111,7 @@ func TestBrowserPlays(t *testing.T) {
 	// Only key-down and key-up: the page cancels the key-down, which in a
 	// real browser also suppresses the character event that CDP would
 	// otherwise send on its own (and that would submit the empty box).
-	if err := chromedp.Do(deadline, keyAction('\r', true), keyAction('\r', false)); err != nil {
+	if err := chromedp.Do(deadline, browsertest.KeyAction('\r', true), browsertest.KeyAction('\r', false)); err != nil {
 		t.Fatal(err)
 	}
 	poll("chat box focused", `document.activeElement.id === 'chat-input' ? 'yes' : ''`)
