@@ -125,15 +125,30 @@ func TestBrowserPlaysDemo(t *testing.T) {
 		}
 		return false
 	})
-	if err := chromedp.Do(deadline, browsertest.KeyAction('\r', true), browsertest.KeyAction('\r', false)); err != nil {
-		t.Fatal(err)
-	}
-	poll(10*time.Second, "chat box focused", `document.activeElement.id === 'chat-input' ? 'yes' : ''`)
 	const line = "hello from chromium"
-	if err := chromedp.Do(deadline, chromedp.KeyEvent("/w "+target+" "+line), chromedp.KeyEvent(kb.Enter)); err != nil {
-		t.Fatal(err)
+	focused := `document.activeElement.id === 'chat-input' ? 'yes' : ''`
+	shown := `document.getElementById('log').textContent.includes('` + line + `') ? 'yes' : ''`
+	// The page shows a whisper once the target acknowledged it; on a loaded
+	// machine the stream can time out, so the line is typed again until the
+	// page shows it.
+	for attempt := 1; ; attempt++ {
+		if v, _ := chromedp.Run(deadline, chromedp.Evaluate[string](focused)); v == "" {
+			if err := chromedp.Do(deadline, browsertest.KeyAction('\r', true), browsertest.KeyAction('\r', false)); err != nil {
+				t.Fatal(err)
+			}
+			poll(10*time.Second, "chat box focused", focused)
+		}
+		if err := chromedp.Do(deadline, chromedp.KeyEvent("/w "+target+" "+line), chromedp.KeyEvent(kb.Enter)); err != nil {
+			t.Fatal(err)
+		}
+		if lineShown(deadline, shown, 10*time.Second) {
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("the whisper to %s never showed in the page's log after %d tries", target, attempt)
+		}
+		t.Logf("whisper try %d not acknowledged yet; typing it again", attempt)
 	}
-	poll(10*time.Second, "own line in the log", `document.getElementById('log').textContent.includes('`+line+`') ? 'yes' : ''`)
 	var hearer *play.Peer
 	deadlineWait(t, deadline, "the whispered bot hearing the line", func() bool {
 		for _, b := range d.Bots {
@@ -173,6 +188,23 @@ func deadlineWait(t *testing.T, ctx context.Context, what string, cond func() bo
 		case <-ctx.Done():
 			t.Fatalf("waiting for %s: %v", what, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// lineShown polls the page's JavaScript expr until it returns non-empty or
+// within passes.
+func lineShown(ctx context.Context, expr string, within time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		if v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr)); err == nil && v != "" {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
