@@ -358,7 +358,7 @@ func TestRejectsBadUpdates(t *testing.T) {
 	seq := uint64(99)
 	takeHonest := func() {
 		t.Helper()
-		waitFor(t, 60*time.Second, "every receiver to take the attacker's honest update", func() bool {
+		waitFor(t, 2*time.Minute, "every receiver to take the attacker's honest update", func() bool {
 			seq++
 			send(attacker.ID(), seq, pos)
 			for _, p := range peers {
