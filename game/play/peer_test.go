@@ -348,5 +348,22 @@ func TestPlayersTogether(t *testing.T) {
 		if err := a.Whisper(ctx, "nobody-by-that-name", "hi"); err == nil {
 			t.Fatal("a whisper to an unknown player succeeded")
 		}
+		// Before a card arrives the page names a player by the end of its
+		// peer ID; whispering to that name reaches the same player.
+		short := shortID(c.Node().Host().ID())
+		waitFor(t, 20*time.Second, "P2 in P0's view", func() bool {
+			for _, pv := range a.Snapshot().Players {
+				if pv.ID == c.Node().Host().ID().String() {
+					return true
+				}
+			}
+			return false
+		})
+		if err := a.Whisper(ctx, short, "by short id"); err != nil {
+			t.Fatalf("whisper to %s: %v", short, err)
+		}
+		if !hasMessage(c, "whisper", a.Name(), "by short id") {
+			t.Fatalf("P2 did not get the whisper sent to %s: %+v", short, c.Messages())
+		}
 	})
 }

@@ -248,8 +248,10 @@ func (p *Peer) Chat(text, to string) error {
 	return nil
 }
 
-// resolve finds a player by peer ID or (case-insensitively) by the name on
-// its card. Caller holds p.mu.
+// resolve finds a player by peer ID, (case-insensitively) by the name on
+// its card, or by the short peer ID the page shows for a player in view
+// whose card has not arrived yet. Ties go to the smallest peer ID so the
+// same name always reaches the same player. Caller holds p.mu.
 func (p *Peer) resolve(to string) (peer.ID, string, bool) {
 	if id, err := peer.Decode(to); err == nil && id != p.h.ID() {
 		return id, p.nameOf(id), true
@@ -261,9 +263,16 @@ func (p *Peer) resolve(to string) (peer.ID, string, bool) {
 		}
 	}
 	if found == "" {
+		for _, o := range p.others {
+			if shortID(o.id) == to && (found == "" || o.id < found) {
+				found = o.id
+			}
+		}
+	}
+	if found == "" {
 		return "", "", false
 	}
-	return found, p.cards[found].Name, true
+	return found, p.nameOf(found), true
 }
 
 // Whisper sends a private line to the player named to (a name or a peer
