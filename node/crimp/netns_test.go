@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand"
 	"net/netip"
 	"os"
@@ -94,6 +95,7 @@ func TestMulticastNetns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	results := make([]netnsResult, len(memberNS))
+	bar := &netnsBarrier{members: len(memberNS), counts: map[string]int{}}
 	var wg sync.WaitGroup
 	for i, ns := range memberNS {
 		spec, _ := json.Marshal(netnsMemberSpec{Index: i + 1, Interface: "eth0", Group: group, Seed: int64(i) + 1})
@@ -103,6 +105,11 @@ func TestMulticastNetns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bar.add(stdin)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
@@ -116,6 +123,9 @@ func TestMulticastNetns(t *testing.T) {
 			var res netnsResult
 			res.Err = "no result line"
 			for sc.Scan() {
+				if name, ok := strings.CutPrefix(sc.Text(), "BARRIER "); ok {
+					bar.arrive(name)
+				}
 				if line, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
 					res = netnsResult{}
 					if err := json.Unmarshal([]byte(line), &res); err != nil {
@@ -125,6 +135,9 @@ func TestMulticastNetns(t *testing.T) {
 			}
 			if err := cmd.Wait(); err != nil && res.Err == "" {
 				res.Err = fmt.Sprintf("member process: %v: %s", err, stderr.String())
+			}
+			if res.Err != "" {
+				bar.abort() // the others must not wait for this one
 			}
 			results[i] = res
 		}()
@@ -147,6 +160,42 @@ func TestMulticastNetns(t *testing.T) {
 		}
 		t.Logf("member ID %d: delivered %v, requests %d, repairs %d, losses detected %d, via repair %d",
 			res.ID, res.Delivered, res.Metrics["requests_sent"], res.Metrics["repairs_sent"], res.Metrics["losses_detected"], res.Metrics["delivered_repair"])
+	}
+}
+
+// netnsBarrier lets the member processes wait for each other: a member
+// prints "BARRIER name" and reads a line from its stdin; once every member
+// has arrived at name, each is sent the name back. Closing the pipes (when
+// a member failed) ends every wait.
+type netnsBarrier struct {
+	mu      sync.Mutex
+	members int
+	counts  map[string]int
+	stdins  []io.WriteCloser
+}
+
+func (b *netnsBarrier) add(w io.WriteCloser) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stdins = append(b.stdins, w)
+}
+
+func (b *netnsBarrier) arrive(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counts[name]++
+	if b.counts[name] == b.members {
+		for _, w := range b.stdins {
+			_, _ = io.WriteString(w, name+"\n")
+		}
+	}
+}
+
+func (b *netnsBarrier) abort() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range b.stdins {
+		_ = w.Close()
 	}
 }
 
@@ -241,8 +290,23 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 		return fail(fmt.Errorf("never learned the other two members"))
 	}
 	m.Inspect(func(nd *Node) { res.ID = nd.ID() })
-	// Let the others learn about us too (sessions every 100 ms).
-	time.Sleep(300 * time.Millisecond)
+	// Send only once every member knows every other, so that each counts
+	// everything it must receive from the first packet on.
+	stdin := bufio.NewReader(os.Stdin)
+	barrier := func(name string) error {
+		fmt.Printf("BARRIER %s\n", name)
+		line, err := stdin.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("barrier %s: %w", name, err)
+		}
+		if got := strings.TrimSpace(line); got != name {
+			return fmt.Errorf("barrier %s: the test said %q", name, got)
+		}
+		return nil
+	}
+	if err := barrier("ready"); err != nil {
+		return fail(err)
+	}
 	for seq := 1; seq <= netnsPackets; seq++ {
 		if err := m.Send(testPayload(res.ID, uint32(seq), 48)); err != nil {
 			return fail(err)
@@ -254,9 +318,11 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 		defer mu.Unlock()
 		return len(seen) == 2*netnsPackets
 	}
-	poll(30*time.Second, complete)
-	// Stay to answer the others' requests for a while.
-	time.Sleep(2 * time.Second)
+	// Stay, answering the others' repair requests, until every member has
+	// everything; a member that has not after 30 s reports what it got.
+	if poll(30*time.Second, complete) {
+		_ = barrier("done") // if it fails, another member failed and says so
+	}
 	res.Metrics = m.Metrics().Counters()
 	mu.Lock()
 	defer mu.Unlock()
