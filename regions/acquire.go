@@ -98,6 +98,7 @@ func (s *Service) acquire(c Coord, sl *slot) {
 		sl.mu.Lock()
 		eff := sl.m.TakeOver(time.Now())
 		sl.mu.Unlock()
+		s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
 		s.run(c, sl, eff)
 	default:
 		s.handoffFrom(ctx, c, sl, best.p)
@@ -174,6 +175,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 			eff := sl.m.Install(hr.Snapshot, src, true, time.Now())
 			sl.mu.Unlock()
 			s.log.Info("took region over", "region", c, "from", src, "epoch", hr.Snapshot.Epoch, "objects", len(hr.Snapshot.Objects))
+			s.metrics.takeovers.WithLabelValues(takeoverTransfer).Inc()
 			s.run(c, sl, eff)
 			return
 		}
@@ -312,7 +314,9 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 	sl.mu.Unlock()
 	if maxEpoch == 0 && len(merged) == 0 {
 		s.log.Info("region created", "region", c, "asked", len(asked))
+		s.metrics.takeovers.WithLabelValues(takeoverCreated).Inc()
 	} else {
+		s.metrics.takeovers.WithLabelValues(takeoverRebuilt).Inc()
 		s.log.Warn("region rebuilt from members' caches after losing coordinator and replica; updates newer than the cached versions may be lost",
 			"region", c, "epoch", snap.Epoch, "objects", len(merged), "caches", sources, "members_asked", len(peers))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/node"
 )
@@ -36,6 +37,7 @@ type member struct {
 	svc *Service
 	cl  *Client
 	up  bool
+	reg *prometheus.Registry // the service's metrics
 }
 
 func (m *member) id() peer.ID { return m.n.ID() }
@@ -103,11 +105,12 @@ func (cl *cluster) add(t testing.TB, key crypto.PrivKey) *member {
 	}
 	cfg := cl.cfg
 	cfg.Logger = testLogger().With("peer", h.ID().ShortString())
+	cfg.Registerer = prometheus.NewRegistry()
 	svc, err := New(n, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &member{n: n, svc: svc, cl: svc.Client(), up: true}
+	m := &member{n: n, svc: svc, cl: svc.Client(), up: true, reg: cfg.Registerer.(*prometheus.Registry)}
 	cl.mu.Lock()
 	cl.members = append(cl.members, m)
 	cl.mu.Unlock()
@@ -291,8 +294,21 @@ func TestSmallClusterBasics(t *testing.T) {
 	if err != nil || len(st.Objects) != 1 || string(st.Objects[0].Value) != "4" {
 		t.Fatalf("get: %v %+v", err, st)
 	}
-	// Kill the coordinator: the replica takes over with the object.
+	// The coordinator counted what it answered, conflicts apart.
 	coord, _ := cl.truth(c)
+	reg := cl.byID(coord).reg
+	for _, want := range []struct {
+		op, status string
+		min        float64
+	}{{"initialize", "ok", 1}, {"read_write", "ok", 1}, {"read_write", "conflict", 1}} {
+		if got := metricValue(t, reg, "overworld_region_requests_total", map[string]string{"op": want.op, "status": want.status}); got < want.min {
+			t.Errorf("coordinator counted %v %s requests answered %s, want >= %v", got, want.op, want.status, want.min)
+		}
+	}
+	if got := metricValue(t, reg, "overworld_regions_held", map[string]string{"role": "coordinator"}); got < 1 {
+		t.Errorf("coordinator reports %v regions held as coordinator", got)
+	}
+	// Kill the coordinator: the replica takes over with the object.
 	cl.byID(coord).stop()
 	var user *member
 	for _, m := range cl.live() {
@@ -311,6 +327,43 @@ func TestSmallClusterBasics(t *testing.T) {
 		defer rolesMu.Unlock()
 		return roles[RoleCoordinator] >= 1 && roles[RoleReplica] >= 1
 	})
+	var takeovers float64
+	for _, m := range cl.live() {
+		takeovers += metricValue(t, m.reg, "overworld_region_takeovers_total", map[string]string{"how": "own_copy"})
+	}
+	if takeovers < 1 {
+		t.Errorf("no live peer counted taking region %s over with its own copy", c)
+	}
+}
+
+// metricValue sums the samples of the named counter or gauge in reg whose
+// labels include want.
+func metricValue(t testing.TB, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue metrics
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }
 
 func TestSortByDistanceMatchesTheDHT(t *testing.T) {

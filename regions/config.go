@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // CommitGate is consulted before each batch of commits. A coordinator that
@@ -95,6 +96,10 @@ type Config struct {
 	OnRoleChange func(region Coord, role Role)
 	// Logger; default the node's logger.
 	Logger *slog.Logger
+	// Registerer receives the service's Prometheus metrics (requests by
+	// operation and status, their duration, take-overs, held regions);
+	// nil keeps them unregistered.
+	Registerer prometheus.Registerer
 }
 
 func (c *Config) fill() error {

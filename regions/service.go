@@ -25,10 +25,11 @@ import (
 // peer coordinates or replicates, answers everyone else with redirects, and
 // is the client through which the game reads and updates objects.
 type Service struct {
-	n   *node.Node
-	h   host.Host
-	cfg Config
-	log *slog.Logger
+	n       *node.Node
+	h       host.Host
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -87,6 +88,12 @@ func New(n *node.Node, cfg Config) (*Service, error) {
 		wake:     make(chan Coord, 256),
 		downed:   make(chan peer.ID, 256),
 	}
+	m, err := newMetrics(s, cfg.Registerer)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("regions metrics: %w", err)
+	}
+	s.metrics = m
 	s.notify = &network.NotifyBundle{
 		ConnectedF: func(_ network.Network, c network.Conn) { s.heard(c.RemotePeer()) },
 		DisconnectedF: func(nw network.Network, c network.Conn) {
@@ -462,6 +469,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message) *pb.Message {
 		return s.envelope(c, badRequest(c, "region %s outside the %dx%d world", c, s.cfg.Width, s.cfg.Height))
 	}
 	if err := s.cfg.Authorizer.Authorize(from, msg.Token); err != nil {
+		s.metrics.denied.Inc()
 		return s.envelope(c, &pb.Message{Body: &pb.Message_Reply{Reply: &pb.Reply{
 			Status: pb.Status_STATUS_DENIED, Error: truncate(err.Error()),
 		}}})
@@ -564,6 +572,7 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 			return
 		}
 		s.log.Info("replica unreachable; choosing another", "region", c, "replica", out.to, "err", err)
+		s.metrics.replicas.Inc()
 		s.markDead(out.to)
 		next := peer.ID("")
 		for _, p := range s.placement(c, out.to) {
@@ -585,7 +594,9 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 }
 
 // serveRequest answers a player's request for region c.
-func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) *pb.Reply {
+func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) (reply *pb.Reply) {
+	start := time.Now()
+	defer func() { s.metrics.answered(req, reply, start) }()
 	player := from
 	if req.Forwarded && len(req.Origin) > 0 {
 		player, _ = peer.IDFromBytes(req.Origin)
