@@ -217,7 +217,7 @@ func TestCharacterRoundTrip(t *testing.T) {
 		if err != nil || fresh.Version != 0 {
 			t.Fatalf("new account's character: %+v %v", fresh, err)
 		}
-		ch := Character{Region: "3,4", X: -12345, Y: 1 << 40, Health: 87, Score: 1200, Experience: 99,
+		ch := Character{Region: "3,4", X: -12345, Y: 1 << 40, Health: 87, Hunger: 41, Score: 1200, Experience: 99,
 			Inventory: []Item{{"food.apple", 3}, {"health_pack", 1}}}
 		v, err := c.SaveCharacter(ctx, ch)
 		if err != nil || v != 1 {

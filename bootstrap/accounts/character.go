@@ -16,8 +16,9 @@ type Character struct {
 	// X, Y: position in the game's fixed-point world units.
 	X int64 `json:"x"`
 	Y int64 `json:"y"`
-	// Health, Score, Experience as the game counts them.
+	// Health, Hunger, Score, Experience as the game counts them.
 	Health     int64 `json:"health"`
+	Hunger     int64 `json:"hunger"`
 	Score      int64 `json:"score"`
 	Experience int64 `json:"experience"`
 	// Inventory lists item kinds and how many of each, sorted by kind,
@@ -52,8 +53,8 @@ func (c Character) Validate() error {
 	if !regionPattern.MatchString(c.Region) {
 		return fmt.Errorf("region %q: want at most %d of A-Z a-z 0-9 _ . , : = -", c.Region, maxRegionLen)
 	}
-	if c.Health < 0 || c.Experience < 0 {
-		return fmt.Errorf("health %d and experience %d must not be negative", c.Health, c.Experience)
+	if c.Health < 0 || c.Hunger < 0 || c.Experience < 0 {
+		return fmt.Errorf("health %d, hunger %d and experience %d must not be negative", c.Health, c.Hunger, c.Experience)
 	}
 	if len(c.Inventory) > MaxInventoryKinds {
 		return fmt.Errorf("inventory has %d kinds, limit %d", len(c.Inventory), MaxInventoryKinds)

@@ -553,8 +553,8 @@ func (s *Store) LoadCharacter(ctx context.Context, accountID string) (Character,
 	var c Character
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var saved int64
-		err := tx.QueryRowContext(ctx, s.q(`SELECT region, x, y, health, score, experience, version, saved_us FROM characters WHERE account_id = ?`), accountID).
-			Scan(&c.Region, &c.X, &c.Y, &c.Health, &c.Score, &c.Experience, &c.Version, &saved)
+		err := tx.QueryRowContext(ctx, s.q(`SELECT region, x, y, health, hunger, score, experience, version, saved_us FROM characters WHERE account_id = ?`), accountID).
+			Scan(&c.Region, &c.X, &c.Y, &c.Health, &c.Hunger, &c.Score, &c.Experience, &c.Version, &saved)
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -604,11 +604,11 @@ func (s *Store) SaveCharacter(ctx context.Context, accountID string, c Character
 		}
 		version = current + 1
 		if current == 0 {
-			_, err = tx.ExecContext(ctx, s.q(`INSERT INTO characters (account_id, region, x, y, health, score, experience, version, saved_us)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`), accountID, c.Region, c.X, c.Y, c.Health, c.Score, c.Experience, version, micros(now))
+			_, err = tx.ExecContext(ctx, s.q(`INSERT INTO characters (account_id, region, x, y, health, hunger, score, experience, version, saved_us)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), accountID, c.Region, c.X, c.Y, c.Health, c.Hunger, c.Score, c.Experience, version, micros(now))
 		} else {
-			_, err = tx.ExecContext(ctx, s.q(`UPDATE characters SET region = ?, x = ?, y = ?, health = ?, score = ?, experience = ?, version = ?, saved_us = ?
-				WHERE account_id = ?`), c.Region, c.X, c.Y, c.Health, c.Score, c.Experience, version, micros(now), accountID)
+			_, err = tx.ExecContext(ctx, s.q(`UPDATE characters SET region = ?, x = ?, y = ?, health = ?, hunger = ?, score = ?, experience = ?, version = ?, saved_us = ?
+				WHERE account_id = ?`), c.Region, c.X, c.Y, c.Health, c.Hunger, c.Score, c.Experience, version, micros(now), accountID)
 		}
 		if err != nil {
 			return err

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 
+	"golang.org/x/term"
+
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/game/webui"
@@ -26,7 +28,7 @@ func playCommand() command {
 Joins through the bootstrap nodes, plays in the world named -world (all
 players of a network must give the same -world, -world-size and -seed) and
 serves the page on -http. With -account it logs in (the password comes from
--password-file, else OVERWORLD_PASSWORD, else a line typed on stdin),
+-password-file, else OVERWORLD_PASSWORD, else typed at a prompt without echo),
 restores the saved character and saves it every half minute and on exit.
 With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		bootstrapAddrs := fs.String("bootstrap", "", "comma-separated full multiaddrs (/ip4/…/tcp/…/p2p/<ID>) of bootstrap nodes")
@@ -127,8 +129,8 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 }
 
 // readPassword takes the account password from a file, else from
-// OVERWORLD_PASSWORD, else from a line on stdin (echoed: use a file or the
-// variable when others can see the screen).
+// OVERWORLD_PASSWORD, else from stdin: typed without echo on a terminal,
+// or the first line of whatever is piped in.
 func readPassword(file string, out io.Writer) (string, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
@@ -145,13 +147,27 @@ func readPassword(file string, out io.Writer) (string, error) {
 		return pw, nil
 	}
 	fmt.Fprint(out, "password: ")
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-	if err != nil && line == "" {
+	pw, err := promptPassword(os.Stdin)
+	if err != nil {
 		return "", fmt.Errorf("read password from stdin: %w", err)
 	}
-	pw := strings.TrimRight(line, "\r\n")
 	if pw == "" {
 		return "", errors.New("empty password")
 	}
 	return pw, nil
+}
+
+// promptPassword reads one line from in, with the terminal's echo off if in
+// is a terminal.
+func promptPassword(in *os.File) (string, error) {
+	if fd := int(in.Fd()); term.IsTerminal(fd) {
+		b, err := term.ReadPassword(fd)
+		fmt.Fprintln(os.Stderr) // the newline the user typed was not echoed
+		return string(b), err
+	}
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && line == "" {
+		return "", err
+	}
+	return strings.TrimRight(line, "\r\n"), nil
 }

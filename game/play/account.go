@@ -51,7 +51,7 @@ func (p *Peer) login(ctx context.Context) error {
 		p.log.Info("logged in; new character", "user", a.User)
 		return nil
 	}
-	p.av.Restore(int32(min(ch.Health, game.MaxHealth)), int32(min(ch.Score, 1<<30)), int32(min(ch.Experience, game.MaxSkill)))
+	p.av.Restore(int32(min(ch.Health, game.MaxHealth)), int32(min(ch.Hunger, game.MaxHunger)), int32(min(ch.Score, 1<<30)), int32(min(ch.Experience, game.MaxSkill)))
 	pos := game.Vec{X: int32(clamp64(ch.X, 0, 1<<30)), Y: int32(clamp64(ch.Y, 0, 1<<30))}
 	if !p.av.Place(pos) {
 		if rc, ok := parseRegion(ch.Region); ok {
@@ -92,7 +92,8 @@ func (p *Peer) save(ctx context.Context) error {
 	ch := p.character
 	ch.Region = p.av.Region().String()
 	ch.X, ch.Y = int64(self.Pos.X), int64(self.Pos.Y)
-	ch.Health, ch.Score, ch.Experience = int64(max(self.Health, 0)), int64(self.Score), int64(self.Skill)
+	ch.Health, ch.Hunger = int64(max(self.Health, 0)), int64(self.Hunger)
+	ch.Score, ch.Experience = int64(self.Score), int64(self.Skill)
 	p.mu.Unlock()
 	v, err := p.acct.SaveCharacter(ctx, ch)
 	if err != nil {

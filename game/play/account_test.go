@@ -63,17 +63,19 @@ func TestAccountLoginSaveRestore(t *testing.T) {
 		a.With(func(av *Avatar) {
 			av.Feed(3)
 			av.Damage(25, "")
+			// Hungry enough not to heal, far from starving.
+			av.p.Hunger = game.MaxHunger * 3 / 5
 		})
-		saved = a.Player()
 		tn.stop() // Run saves the characters on the way out
+		saved = a.Player()
 	}()
-	if saved.Score != 3 || saved.Health != game.MaxHealth-25 {
+	if saved.Score != 3 || saved.Health != game.MaxHealth-25 || saved.Hunger < game.MaxHunger*3/5 {
 		t.Fatalf("set-up state %+v", saved)
 	}
 
 	tn := newTestNetWith(t, 1, game.RegionCoord{X: 1, Y: 1}, nil, account)
 	got := tn.peers[0].Player()
-	if got.Pos != saved.Pos || got.Score != saved.Score || got.Health != saved.Health || got.Skill != saved.Skill {
+	if got.Pos != saved.Pos || got.Score != saved.Score || got.Health != saved.Health || got.Hunger != saved.Hunger || got.Skill != saved.Skill {
 		t.Fatalf("restored %+v, saved %+v", got, saved)
 	}
 

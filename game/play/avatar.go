@@ -25,6 +25,9 @@ type Avatar struct {
 	cfg   game.Config
 	world *game.World
 	p     game.Player
+	// relocations counts the moves made without walking (Place, respawn),
+	// which the position protocol announces so receivers take the jump.
+	relocations uint32
 }
 
 // NewAvatar puts player id into a fresh movement world of cfg at its spawn
@@ -61,8 +64,12 @@ func (a *Avatar) Place(pos game.Vec) bool {
 		return false
 	}
 	a.p.Pos, a.p.Vel = pos, game.Vec{}
+	a.relocations++
 	return true
 }
+
+// Relocations is how many times the player was moved without walking.
+func (a *Avatar) Relocations() uint32 { return a.relocations }
 
 // PlaceInRegion moves the player to its spawn point in region rc.
 func (a *Avatar) PlaceInRegion(rc game.RegionCoord) bool {
@@ -73,12 +80,14 @@ func (a *Avatar) PlaceInRegion(rc game.RegionCoord) bool {
 }
 
 // Restore sets the bars of a saved character, clamped to their ranges. A
-// character saved dead comes back at full health.
-func (a *Avatar) Restore(health, score, skill int32) {
+// character saved dead comes back at full health and fed; one saved
+// starving comes back starving.
+func (a *Avatar) Restore(health, hunger, score, skill int32) {
 	if health <= 0 || health > game.MaxHealth {
-		health = game.MaxHealth
+		health, hunger = game.MaxHealth, 0
 	}
 	a.p.Health = health
+	a.p.Hunger = min(max(hunger, 0), game.MaxHunger)
 	a.p.Score = max(score, 0)
 	a.p.Skill = min(max(skill, 1), game.MaxSkill)
 	a.p.Alive = true

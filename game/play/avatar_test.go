@@ -106,9 +106,13 @@ func TestAvatarOutcomes(t *testing.T) {
 	if c, ok := a.TryFight(); !ok || c != 1 {
 		t.Fatalf("after the cooldown: %v counter %d", ok, c)
 	}
-	a.Restore(0, -4, 500)
-	if p := a.Player(); p.Health != game.MaxHealth || p.Score != 0 || p.Skill != game.MaxSkill {
+	a.Restore(0, 7, -4, 500)
+	if p := a.Player(); p.Health != game.MaxHealth || p.Hunger != 0 || p.Score != 0 || p.Skill != game.MaxSkill {
 		t.Fatalf("restore clamps: %+v", p)
+	}
+	a.Restore(40, game.MaxHunger+9, 3, 2)
+	if p := a.Player(); p.Health != 40 || p.Hunger != game.MaxHunger || p.Score != 3 || p.Skill != 2 {
+		t.Fatalf("restore of a starving character: %+v", p)
 	}
 }
 

@@ -25,8 +25,13 @@
 //   - With an Account, the peer logs in on the account server with a token
 //     bound to its peer ID and hands the region service a regions/guard.Guard:
 //     it presents its token to region coordinators, demands everyone else's,
-//     and commits as a coordinator only under the region's lease. It restores
-//     the saved character and saves it periodically and on exit.
+//     and commits as a coordinator only under the region's lease. A
+//     guard.Admission does the same for the position and chat topics: it
+//     shows this peer's token to those who ask and asks every author for
+//     its own, and the validators drop the messages of players without a
+//     valid token for their peer ID (position.WithAdmission, social.go).
+//     Without an account the topics are open. It restores the saved
+//     character and saves it periodically and on exit.
 //
 // Run owns every goroutine the peer starts and stops them when its context
 // ends; the node is the caller's.

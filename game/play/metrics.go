@@ -33,13 +33,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Chat-topic messages and whispers refused, by reason.",
 		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.takes, m.fights, m.fightMismatches, m.chatRejected} {
+	if err := registerOnce(reg, m.takes, m.fights, m.fightMismatches, m.chatRejected); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// registerOnce registers collectors with reg, leaving alone those already
+// registered (several peers of one process may share a registry; the first
+// one's series are exported).
+func registerOnce(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
-				return nil, err
+				return err
 			}
 		}
 	}
-	return m, nil
+	return nil
 }

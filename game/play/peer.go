@@ -151,8 +151,9 @@ type Peer struct {
 	store   ObjectStore
 	pos     *position.Service
 	acct    *accounts.Client
-	guard   *guard.Guard // with an account: leases and tokens for regions
-	httpc   *http.Client // the account server's
+	guard   *guard.Guard     // with an account: leases and tokens for regions
+	admit   *guard.Admission // with an account: token check of topic authors
+	httpc   *http.Client     // the account server's
 	metrics *metrics
 
 	// ctx ends when Run returns (or Close is called); it bounds every
@@ -185,6 +186,10 @@ type Peer struct {
 	cardSeq   uint64
 	lastCard  cardState
 	lastCardT time.Time
+
+	// relocationsSent is the avatar's relocation count the position
+	// service last heard of; only the step goroutine touches it.
+	relocationsSent uint32
 }
 
 // other is another player as this peer shows it.
@@ -236,7 +241,7 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 
 	rcfg := regions.Config{
 		World: cfg.World, Width: cfg.Game.RegionsX, Height: cfg.Game.RegionsY,
-		Logger: cfg.Logger,
+		Logger: cfg.Logger, Registerer: cfg.Registerer,
 	}
 	if cfg.Account != nil {
 		if err := p.login(ctx); err != nil {
@@ -260,6 +265,12 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 			return nil, fmt.Errorf("play: %w", err)
 		}
 		p.guard.Apply(&rcfg)
+		// The admission asks every author on the position and chat topics
+		// for its token (and shows this peer's to those who ask): players
+		// without a valid token for their own peer ID are not heard.
+		if p.admit, err = p.guard.NewAdmission(p.h, guard.AdmissionConfig{Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("play: %w", err)
+		}
 	}
 	if p.regions, err = regions.New(n, rcfg); err != nil {
 		return nil, fmt.Errorf("play: %w", err)
@@ -274,8 +285,18 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 	pcfg.Rendezvous = max(pcfg.Rendezvous, cfg.PositionInterval)
 	pcfg.MaxSpeed = cfg.Game.MaxSpeed * int32(cfg.Game.TickRate)
 	pcfg.SpeedTolerance = max(pcfg.SpeedTolerance, cfg.Game.MaxSpeed*2)
-	if p.pos, err = position.New(n, pcfg); err != nil {
+	// Two respawns are at least the respawn time apart; half of it leaves
+	// room for when the updates announcing them were sent.
+	pcfg.MinRelocationInterval = time.Duration(cfg.Game.RespawnTicks) * time.Second / time.Duration(cfg.Game.TickRate) / 2
+	var popts []position.Option
+	if p.admit != nil {
+		popts = append(popts, position.WithAdmission(positionAdmission(p.admit)))
+	}
+	if p.pos, err = position.New(n, pcfg, popts...); err != nil {
 		return nil, fmt.Errorf("play: %w", err)
+	}
+	if err := registerOnce(cfg.Registerer, position.NewCollector(p.pos)); err != nil {
+		return nil, fmt.Errorf("play: position metrics: %w", err)
 	}
 
 	p.h.SetStreamHandler(protocol.ID(FightProtocol), p.handleFight)
@@ -384,6 +405,9 @@ func (p *Peer) Close() error {
 		if p.regions != nil {
 			p.regions.Close()
 		}
+		if p.admit != nil {
+			p.admit.Close() // after the topics and the position service
+		}
 		if p.guard != nil {
 			p.guard.Close() // after the region service: releases the leases
 		}
@@ -440,7 +464,12 @@ func (p *Peer) step(now time.Time) {
 		}
 	}
 	self := p.av.Player()
+	relocations := p.av.Relocations()
 	p.mu.Unlock()
+	if relocations != p.relocationsSent {
+		p.relocationsSent = relocations
+		p.pos.Relocate(position.Vec{X: self.Pos.X, Y: self.Pos.Y})
+	}
 	tr := p.cfg.Game.TickRate
 	p.pos.Move(position.Vec{X: self.Pos.X, Y: self.Pos.Y}, position.Vec{X: self.Vel.X * int32(tr), Y: self.Vel.Y * int32(tr)})
 	for _, j := range jobs {
@@ -623,3 +652,19 @@ func (p *Peer) Input(c webui.Control) error {
 }
 
 func coordOf(rc game.RegionCoord) regions.Coord { return regions.Coord{X: rc.X, Y: rc.Y} }
+
+// positionAdmission turns the token check into the position service's
+// admission: refused players' updates are rejected, those of players whose
+// token is still being fetched ignored.
+func positionAdmission(a *guard.Admission) position.Admission {
+	return func(id peer.ID) position.Verdict {
+		switch a.Check(id) {
+		case guard.Admitted:
+			return position.Accept
+		case guard.Refused:
+			return position.Reject
+		default:
+			return position.Ignore
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/overworld-p2p/overworld/game/play/playpb"
 	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/regions"
+	"github.com/overworld-p2p/overworld/regions/guard"
 )
 
 // Each region has a chat topic, regions.TopicPrefix(world, region) +
@@ -24,8 +25,11 @@ import (
 // cards (name and bars) that go with the anonymous position updates. A peer
 // joins the topics of its region and the neighbours, as it loads their
 // objects. Its validator checks size, decoding, that the message's author
-// is the named sender, and that the region is the topic's; anything else is
-// rejected, which penalises the forwarding peer in gossipsub.
+// is the named sender, that the region is the topic's and, with an account,
+// that the author holds a valid login token for its peer ID
+// (guard.Admission; the validator waits for the token of a new author);
+// anything else is rejected, which penalises the forwarding peer in
+// gossipsub.
 //
 // Whispers go over a direct stream to the recipient: one Whisper, one
 // WhisperAck.
@@ -103,7 +107,7 @@ func (p *Peer) leaveTopic(rc game.RegionCoord, t *chatTopic) {
 
 // validator checks a chat-topic message of region rc.
 func (p *Peer) validator(rc game.RegionCoord) pubsub.ValidatorEx {
-	return func(_ context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
+	return func(ctx context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
 		s, err := DecodeSocial(m.GetData(), p.cfg.Game)
 		if err != nil {
 			p.metrics.chatRejected.WithLabelValues("malformed").Inc()
@@ -124,6 +128,17 @@ func (p *Peer) validator(rc game.RegionCoord) pubsub.ValidatorEx {
 		if int(x) != rc.X || int(y) != rc.Y {
 			p.metrics.chatRejected.WithLabelValues("wrong_region").Inc()
 			return pubsub.ValidationReject
+		}
+		if p.admit != nil {
+			// Not inline: a first line may wait for its author's token.
+			switch p.admit.Wait(ctx, m.GetFrom()) {
+			case guard.Refused:
+				p.metrics.chatRejected.WithLabelValues("bad_token").Inc()
+				return pubsub.ValidationReject
+			case guard.Pending:
+				p.metrics.chatRejected.WithLabelValues("token_pending").Inc()
+				return pubsub.ValidationIgnore
+			}
 		}
 		m.ValidatorData = s
 		return pubsub.ValidationAccept
@@ -320,6 +335,23 @@ func (p *Peer) sendWhisper(ctx context.Context, id peer.ID, text string) error {
 func (p *Peer) handleWhisper(s network.Stream) {
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(5 * time.Second))
+	from := s.Conn().RemotePeer()
+	if p.admit != nil {
+		// Logged-in players hear only players that are: the same rule as
+		// on the chat topic.
+		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+		verdict := p.admit.Wait(ctx, from)
+		cancel()
+		if verdict != guard.Admitted {
+			reason := "whisper_token_pending"
+			if verdict == guard.Refused {
+				reason = "whisper_bad_token"
+			}
+			p.metrics.chatRejected.WithLabelValues(reason).Inc()
+			s.Reset()
+			return
+		}
+	}
 	b, err := readFrame(bufio.NewReader(s), MaxWhisperMessageBytes)
 	if err == nil {
 		var w *playpb.Whisper
@@ -332,7 +364,7 @@ func (p *Peer) handleWhisper(s network.Stream) {
 	}
 	if err != nil {
 		p.metrics.chatRejected.WithLabelValues("whisper").Inc()
-		p.log.Debug("bad whisper", "from", s.Conn().RemotePeer(), "err", err)
+		p.log.Debug("bad whisper", "from", from, "err", err)
 		s.Reset()
 	}
 }

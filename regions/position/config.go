@@ -40,6 +40,10 @@ type Config struct {
 	// the sender's timestamps (arrival times bunch up under network delay
 	// variation); a sender lying about time gains at most this much.
 	MaxClockSkew time.Duration
+	// MinRelocationInterval is the least time between two relocations
+	// (moves the game makes without walking, such as a respawn) that
+	// receivers accept from one player; set it to the game's respawn time.
+	MinRelocationInterval time.Duration
 	// ReorderWindow is how far behind the newest sequence number an update
 	// may be and still count as network reordering (ignored, no penalty).
 	// Anything older is a replay and is rejected.
@@ -87,6 +91,8 @@ func DefaultConfig() Config {
 		CoordinatorTTL:   10 * time.Second,
 		MaxMembers:       MaxMembers,
 		Now:              time.Now,
+
+		MinRelocationInterval: 3 * time.Second,
 	}
 }
 
@@ -139,6 +145,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxClockSkew < 0 {
 		errs = append(errs, fmt.Errorf("max clock skew %s: want >= 0", c.MaxClockSkew))
+	}
+	if c.MinRelocationInterval < 0 {
+		errs = append(errs, fmt.Errorf("min relocation interval %s: want >= 0", c.MinRelocationInterval))
 	}
 	if c.ReorderWindow < 1 {
 		errs = append(errs, fmt.Errorf("reorder window %d: want >= 1", c.ReorderWindow))

@@ -123,11 +123,14 @@ func (s *Service) register(c regions.Coord, p peer.ID) *Members {
 }
 
 // ingestUpdate takes a player's update as the coordinator of its region:
-// the stream's peer must be the player, and the update must pass the
-// coordinator's own Tracker.
+// the stream's peer must be the player, admitted (WithAdmission), and the
+// update must pass the coordinator's own Tracker.
 func (s *Service) ingestUpdate(from peer.ID, u *Update) (Verdict, string) {
 	if peer.ID(u.Player) != from {
 		return Reject, ReasonForged
+	}
+	if v, reason := s.admit(from); v != Accept {
+		return v, reason
 	}
 	c := coordOf(u.RegionX, u.RegionY)
 	if !s.grid.Contains(c) {

@@ -34,6 +34,7 @@ type Update struct {
 	RegionX       int32                  `protobuf:"varint,7,opt,name=region_x,json=regionX,proto3" json:"region_x,omitempty"` // region the player is in; must match the topic
 	RegionY       int32                  `protobuf:"varint,8,opt,name=region_y,json=regionY,proto3" json:"region_y,omitempty"`
 	SentUnixMicro int64                  `protobuf:"varint,9,opt,name=sent_unix_micro,json=sentUnixMicro,proto3" json:"sent_unix_micro,omitempty"` // sender's clock when published (delay measurement)
+	Relocations   uint32                 `protobuf:"varint,10,opt,name=relocations,proto3" json:"relocations,omitempty"`                           // per player, +1 each time the game moves it without walking (a respawn)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -127,6 +128,13 @@ func (x *Update) GetRegionY() int32 {
 func (x *Update) GetSentUnixMicro() int64 {
 	if x != nil {
 		return x.SentUnixMicro
+	}
+	return 0
+}
+
+func (x *Update) GetRelocations() uint32 {
+	if x != nil {
+		return x.Relocations
 	}
 	return 0
 }
@@ -564,7 +572,7 @@ var File_position_proto protoreflect.FileDescriptor
 
 const file_position_proto_rawDesc = "" +
 	"\n" +
-	"\x0eposition.proto\x12\x12overworld.position\"\xcc\x01\n" +
+	"\x0eposition.proto\x12\x12overworld.position\"\xee\x01\n" +
 	"\x06Update\x12\x16\n" +
 	"\x06player\x18\x01 \x01(\fR\x06player\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\f\n" +
@@ -574,7 +582,9 @@ const file_position_proto_rawDesc = "" +
 	"\x02vy\x18\x06 \x01(\x05R\x02vy\x12\x19\n" +
 	"\bregion_x\x18\a \x01(\x05R\aregionX\x12\x19\n" +
 	"\bregion_y\x18\b \x01(\x05R\aregionY\x12&\n" +
-	"\x0fsent_unix_micro\x18\t \x01(\x03R\rsentUnixMicro\"\xa7\x01\n" +
+	"\x0fsent_unix_micro\x18\t \x01(\x03R\rsentUnixMicro\x12 \n" +
+	"\vrelocations\x18\n" +
+	" \x01(\rR\vrelocations\"\xa7\x01\n" +
 	"\x05Batch\x12 \n" +
 	"\vcoordinator\x18\x01 \x01(\fR\vcoordinator\x12\x19\n" +
 	"\bregion_x\x18\x02 \x01(\x05R\aregionX\x12\x19\n" +

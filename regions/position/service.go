@@ -74,6 +74,7 @@ type Service struct {
 	log        *slog.Logger
 	candidates CandidateFunc
 	onDeliver  func(Delivery)
+	admission  Admission // nil: an open world
 	count      *counters
 
 	topicMu sync.Mutex                     // guards topics; taken before mu, never after
@@ -85,6 +86,7 @@ type Service struct {
 	placed      bool
 	pos, vel    Vec
 	seq         uint64
+	relocations uint32
 	view        map[peer.ID]*seenPlayer
 	coordinator map[regions.Coord]coordinatorEntry
 	interested  map[regions.Coord]map[peer.ID]time.Time // coordinator: who joined, until when
@@ -176,6 +178,17 @@ func (s *Service) Move(pos, vel Vec) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pos, s.vel, s.placed = pos, vel, true
+}
+
+// Relocate sets the player's position after the game moved it without
+// walking (a respawn). Updates from now on carry a higher relocation
+// count, which lets receivers take the jump instead of rejecting it as a
+// teleport (see Config.MinRelocationInterval for the limits).
+func (s *Service) Relocate(pos Vec) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pos, s.vel, s.placed = pos, Vec{}, true
+	s.relocations++
 }
 
 // Stats returns the counters.
@@ -303,7 +316,7 @@ func (s *Service) tick(ctx context.Context) {
 		Player: []byte(s.self), Seq: s.seq,
 		X: s.pos.X, Y: s.pos.Y, Vx: s.vel.X, Vy: s.vel.Y,
 		RegionX: int32(own.X), RegionY: int32(own.Y),
-		SentUnixMicro: now.UnixMicro(),
+		SentUnixMicro: now.UnixMicro(), Relocations: s.relocations,
 	}
 	batches := s.takeBatches()
 	if ctx.Err() == nil {
@@ -502,6 +515,9 @@ func (s *Service) check(c regions.Coord, msg *pubsub.Message) (Verdict, string, 
 		if author == s.self {
 			return Accept, "", accepted{}
 		}
+		if v, reason := s.admit(author); v != Accept {
+			return v, reason, accepted{}
+		}
 		s.mu.Lock()
 		v, reason := s.tracker.Observe(author, u, now)
 		s.count.setTracker(s.tracker.Stats())
@@ -526,6 +542,9 @@ func (s *Service) check(c regions.Coord, msg *pubsub.Message) (Verdict, string, 
 				}
 			}
 			return Accept, "", acc
+		}
+		if v, reason := s.admit(author); v != Accept {
+			return v, reason, accepted{}
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -39,6 +39,7 @@ const (
 	ReasonOutOfWorld  = "out_of_world"
 	ReasonTooFast     = "too_fast"
 	ReasonTeleport    = "teleport"
+	ReasonRelocation  = "relocation"
 	ReasonReplay      = "replay"
 	ReasonDuplicate   = "duplicate"
 	ReasonReordered   = "reordered"
@@ -52,6 +53,9 @@ type Limits struct {
 	SpeedTolerance int32
 	MaxClockSkew   time.Duration
 	ReorderWindow  uint64
+	// MinRelocationInterval is the least time, by the sender's clock,
+	// between two relocations a receiver accepts from one player.
+	MinRelocationInterval time.Duration
 }
 
 // Limits returns the config's checks.
@@ -62,6 +66,8 @@ func (c Config) Limits() Limits {
 		SpeedTolerance: c.SpeedTolerance,
 		MaxClockSkew:   c.MaxClockSkew,
 		ReorderWindow:  c.ReorderWindow,
+
+		MinRelocationInterval: c.MinRelocationInterval,
 	}
 }
 
@@ -84,10 +90,12 @@ type Tracker struct {
 }
 
 type lastSeen struct {
-	seq  uint64
-	pos  Vec
-	sent time.Time // the sender's timestamp
-	at   time.Time // arrival
+	seq         uint64
+	pos         Vec
+	sent        time.Time // the sender's timestamp
+	at          time.Time // arrival
+	relocations uint32    // the newest relocation count heard
+	relocated   time.Time // sender's timestamp of the last relocation taken
 }
 
 // NewTracker returns an empty tracker.
@@ -129,8 +137,14 @@ func (t *Tracker) Observe(player peer.ID, u *Update, now time.Time) (Verdict, st
 		case u.GetSeq() < last.seq:
 			return Reject, ReasonReplay
 		}
+		if u.GetRelocations() < last.relocations {
+			return Reject, ReasonRelocation
+		}
 		if !t.reachable(last, pos, sent) {
-			return Reject, ReasonTeleport
+			if reason := t.relocation(last, u, pos, sent); reason != "" {
+				return Reject, reason
+			}
+			last.relocated = sent
 		}
 		t.stats.Lost += u.GetSeq() - last.seq - 1
 	} else {
@@ -138,6 +152,7 @@ func (t *Tracker) Observe(player peer.ID, u *Update, now time.Time) (Verdict, st
 		t.players[player] = last
 	}
 	last.seq, last.pos, last.sent, last.at = u.GetSeq(), pos, sent, now
+	last.relocations = u.GetRelocations()
 	t.stats.Accepted++
 	return Accept, ""
 }
@@ -150,6 +165,24 @@ func (t *Tracker) reachable(from *lastSeen, to Vec, sent time.Time) bool {
 	allowed := int64(t.lim.MaxSpeed)*dt.Microseconds()/1e6 + int64(t.lim.SpeedTolerance)
 	dx, dy := int64(to.X)-int64(from.pos.X), int64(to.Y)-int64(from.pos.Y)
 	return dx*dx+dy*dy <= allowed*allowed
+}
+
+// relocation decides whether a move the speed limit does not allow is a
+// relocation the game made (a respawn), returning "" if so. It must be
+// announced by a higher relocation count, stay in the region the player
+// was last seen in (a respawn does), and come at least
+// MinRelocationInterval after the last one taken, so a cheater gains at
+// most one short hop per interval and never leaves its region that way.
+func (t *Tracker) relocation(last *lastSeen, u *Update, to Vec, sent time.Time) string {
+	switch {
+	case u.GetRelocations() == last.relocations:
+		return ReasonTeleport
+	case t.lim.Grid.RegionOf(to) != t.lim.Grid.RegionOf(last.pos):
+		return ReasonTeleport
+	case !last.relocated.IsZero() && sent.Sub(last.relocated) < t.lim.MinRelocationInterval:
+		return ReasonRelocation
+	}
+	return ""
 }
 
 func (t *Tracker) inWorld(p Vec) bool {

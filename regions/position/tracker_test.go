@@ -19,6 +19,11 @@ func upd(seq uint64, x, y int32, sent time.Time) *Update {
 	return &Update{Player: []byte("p"), Seq: seq, X: x, Y: y, RegionX: int32(r.X), RegionY: int32(r.Y), SentUnixMicro: sent.UnixMicro()}
 }
 
+func relocated(u *Update, n uint32) *Update {
+	u.Relocations = n
+	return u
+}
+
 func TestTracker(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
@@ -72,6 +77,25 @@ func TestTracker(t *testing.T) {
 		}},
 		{"region does not match position", []step{
 			{&Update{Player: []byte("p"), Seq: 1, X: 100, Y: 100, RegionX: 1}, t0, Reject, ReasonWrongRegion},
+		}},
+		{"respawn announced by a relocation accepted", []step{
+			{upd(1, 1000, 1000, t0), t0, Accept, ""},
+			{relocated(upd(2, 5000, 1000, ms(150)), 1), ms(150), Accept, ""},
+			{relocated(upd(3, 5100, 1000, ms(300)), 1), ms(300), Accept, ""},
+		}},
+		{"relocation into another region rejected", []step{
+			{upd(1, 1000, 1000, t0), t0, Accept, ""},
+			{relocated(upd(2, 9000, 1000, ms(150)), 1), ms(150), Reject, ReasonTeleport},
+		}},
+		{"relocations faster than the interval rejected", []step{
+			{upd(1, 1000, 1000, t0), t0, Accept, ""},
+			{relocated(upd(2, 5000, 1000, ms(150)), 1), ms(150), Accept, ""},
+			{relocated(upd(3, 1000, 1000, ms(300)), 2), ms(300), Reject, ReasonRelocation},
+			{relocated(upd(4, 1000, 1000, ms(3200)), 3), ms(3200), Accept, ""},
+		}},
+		{"relocation count going back rejected", []step{
+			{relocated(upd(1, 1000, 1000, t0), 4), t0, Accept, ""},
+			{relocated(upd(2, 1000, 1000, ms(150)), 3), ms(150), Reject, ReasonRelocation},
 		}},
 		{"velocity above limit", []step{
 			{&Update{Player: []byte("p"), Seq: 1, X: 100, Y: 100, Vx: 5000}, t0, Reject, ReasonTooFast},
