@@ -26,6 +26,8 @@ func simCommand() command {
 		fs.BoolVar(&cfg.Aggregate, "aggregate", cfg.Aggregate, "aggregated mode: players send to the region coordinator, which publishes batches")
 		fs.DurationVar(&cfg.LatencyMin, "latency-min", cfg.LatencyMin, "lowest one-way link latency")
 		fs.DurationVar(&cfg.LatencyMax, "latency-max", cfg.LatencyMax, "highest one-way link latency")
+		fs.DurationVar(&cfg.EatEvery, "eat-every", cfg.EatEvery, "each bot's mean time between eats through the region coordinator (0: no eating)")
+		fs.DurationVar(&cfg.FightEvery, "fight-every", cfg.FightEvery, "each bot's mean time between fights over the fight protocol (0: no fighting)")
 		fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed for identities, latencies and bot walks")
 		outDir := fs.String("out", "sim-report", "directory for report.json and the plots")
 		logLevel := fs.String("log-level", "warn", "log level")

@@ -9,7 +9,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/overworld-p2p/overworld/game"
@@ -114,7 +113,7 @@ func (p *Peer) attack(ctx context.Context, target other, counter uint64) (rec Fi
 
 	rec = FightRecord{Attacker: p.id, Defender: game.PlayerID(target.id.String()), Counter: counter}
 	guess := game.FightOutcome(rec.Attacker, rec.Defender, counter, me, seen)
-	out, err := p.exchange(ctx, target.id, &playpb.Attack{
+	out, err := SendAttack(ctx, p.h, target.id, &playpb.Attack{
 		Counter: counter, Attacker: fighterOf(me), DefenderSeen: fighterOf(seen), Result: resultOf(guess),
 	})
 	if err != nil {
@@ -154,29 +153,6 @@ func (p *Peer) attack(ctx context.Context, target other, counter uint64) (rec Fi
 		p.reportMismatch(rec, name)
 	}
 	return rec, nil
-}
-
-// exchange sends an attack and reads the defender's outcome.
-func (p *Peer) exchange(ctx context.Context, to peer.ID, a *playpb.Attack) (*playpb.Outcome, error) {
-	s, err := p.h.NewStream(ctx, to, protocol.ID(FightProtocol))
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = s.SetDeadline(dl)
-	}
-	if err := writeFrame(s, a, MaxFightMessageBytes); err != nil {
-		s.Reset()
-		return nil, err
-	}
-	_ = s.CloseWrite()
-	b, err := readFrame(bufio.NewReader(s), MaxFightMessageBytes)
-	if err != nil {
-		s.Reset()
-		return nil, err
-	}
-	return DecodeOutcome(b)
 }
 
 // handleFight is the defender's side.

@@ -37,6 +37,9 @@ type latencyHost struct {
 	streams map[*latencyStream]struct{}
 
 	bytesOut, bytesIn atomic.Uint64
+	// workloadOut and workloadIn count the bytes of the eat and fight
+	// workload's streams (workloadProtocol) alone.
+	workloadOut, workloadIn atomic.Uint64
 }
 
 func newLatencyHost(h host.Host, latency func(peer.ID) time.Duration) *latencyHost {
@@ -45,8 +48,12 @@ func newLatencyHost(h host.Host, latency func(peer.ID) time.Duration) *latencyHo
 
 // wrap adds latency to s and tracks it; on a closed host it resets s and
 // returns it wrapped all the same (reads and writes then fail).
-func (h *latencyHost) wrap(s network.Stream) *latencyStream {
+func (h *latencyHost) wrap(s network.Stream, pids ...protocol.ID) *latencyStream {
 	ls := &latencyStream{Stream: s, h: h, delay: h.latency(s.Conn().RemotePeer()), done: make(chan struct{})}
+	ls.workload = workloadProtocol(s.Protocol())
+	for _, p := range pids {
+		ls.workload = ls.workload || workloadProtocol(p)
+	}
 	h.mu.Lock()
 	closed := h.closed
 	if !closed {
@@ -78,7 +85,7 @@ func (h *latencyHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol
 	if err != nil {
 		return nil, err
 	}
-	ls := h.wrap(s)
+	ls := h.wrap(s, pids...)
 	select {
 	case <-ls.done:
 		return nil, network.ErrReset
@@ -108,8 +115,9 @@ func (h *latencyHost) Close() error {
 // latencyStream delays its writes by the link latency.
 type latencyStream struct {
 	network.Stream
-	h     *latencyHost
-	delay time.Duration
+	h        *latencyHost
+	delay    time.Duration
+	workload bool // a stream of the eat and fight workload
 
 	mu      sync.Mutex
 	queue   chan pending
@@ -135,7 +143,10 @@ func (s *latencyStream) start() chan pending {
 	defer s.mu.Unlock()
 	if !s.started {
 		s.started = true
-		s.queue = make(chan pending, 64)
+		// Writes in flight per stream, like a socket buffer: a
+		// gossipsub stream carries a few dozen messages per second, a
+		// handful per 100 ms latency.
+		s.queue = make(chan pending, 32)
 		go s.pump(s.queue)
 	}
 	return s.queue
@@ -196,12 +207,18 @@ func (s *latencyStream) Write(b []byte) (int, error) {
 		return 0, network.ErrReset
 	}
 	s.h.bytesOut.Add(uint64(len(b)))
+	if s.workload {
+		s.h.workloadOut.Add(uint64(len(b)))
+	}
 	return len(b), nil
 }
 
 func (s *latencyStream) Read(b []byte) (int, error) {
 	n, err := s.Stream.Read(b)
 	s.h.bytesIn.Add(uint64(n))
+	if s.workload {
+		s.h.workloadIn.Add(uint64(n))
+	}
 	return n, err
 }
 

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/binary"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,9 @@ import (
 // It implements pubsub.RawTracer; only the RPC events count.
 type wireCounter struct {
 	rpcsIn, rpcsOut, bytesIn, bytesOut, dropped, undeliverable atomic.Uint64
+	// eventBytesIn counts the published messages of region event topics
+	// (the workload's committed updates) received.
+	eventBytesIn atomic.Uint64
 }
 
 func framed(rpc *pubsub.RPC) uint64 {
@@ -27,6 +31,11 @@ func framed(rpc *pubsub.RPC) uint64 {
 func (w *wireCounter) RecvRPC(rpc *pubsub.RPC) {
 	w.rpcsIn.Add(1)
 	w.bytesIn.Add(framed(rpc))
+	for _, m := range rpc.Publish {
+		if strings.HasSuffix(m.GetTopic(), "/events") {
+			w.eventBytesIn.Add(uint64(proto.Size(m)))
+		}
+	}
 }
 
 func (w *wireCounter) SendRPC(rpc *pubsub.RPC, _ peer.ID) {
@@ -51,11 +60,11 @@ func (w *wireCounter) DuplicateMessage(*pubsub.Message)         {}
 func (w *wireCounter) ThrottlePeer(peer.ID)                     {}
 
 type wireSnapshot struct {
-	rpcsIn, rpcsOut, bytesIn, bytesOut, dropped, undeliverable uint64
+	rpcsIn, rpcsOut, bytesIn, bytesOut, dropped, undeliverable, eventBytesIn uint64
 }
 
 func (w *wireCounter) snapshot() wireSnapshot {
-	return wireSnapshot{w.rpcsIn.Load(), w.rpcsOut.Load(), w.bytesIn.Load(), w.bytesOut.Load(), w.dropped.Load(), w.undeliverable.Load()}
+	return wireSnapshot{w.rpcsIn.Load(), w.rpcsOut.Load(), w.bytesIn.Load(), w.bytesOut.Load(), w.dropped.Load(), w.undeliverable.Load(), w.eventBytesIn.Load()}
 }
 
 // delays collects update delays (arrival minus send) and, beside each, the

@@ -85,6 +85,12 @@ type Report struct {
 	Undeliverable    uint64            `json:"pubsub_undeliverable"`
 	RendezvousFailed uint64            `json:"rendezvous_failed"`
 
+	// Load is the machine's load over the window.
+	Load Load `json:"load"`
+
+	// Workload is the eat and fight workload's figures; nil when off.
+	Workload *Workload `json:"workload,omitempty"`
+
 	delays, links        []float64
 	bytesSent, bytesRecv []float64
 }
@@ -106,8 +112,8 @@ func buildReport(cfg Config, pc position.Config, before, after []snapshot, measu
 		uplinkIn := (sa.UplinkReceived - sb.UplinkReceived) + (sa.CoordinatorJoins - sb.CoordinatorJoins)
 		msgsOut = append(msgsOut, float64(a.wire.rpcsOut-b.wire.rpcsOut+uplinkOut)/secs)
 		msgsIn = append(msgsIn, float64(a.wire.rpcsIn-b.wire.rpcsIn+uplinkIn)/secs)
-		r.bytesSent = append(r.bytesSent, float64(a.wire.bytesOut-b.wire.bytesOut+sa.StreamBytesOut-sb.StreamBytesOut)/secs)
-		r.bytesRecv = append(r.bytesRecv, float64(a.wire.bytesIn-b.wire.bytesIn+sa.StreamBytesIn-sb.StreamBytesIn)/secs)
+		r.bytesSent = append(r.bytesSent, float64(a.wire.bytesOut-b.wire.bytesOut+sa.StreamBytesOut-sb.StreamBytesOut+a.workloadOut-b.workloadOut)/secs)
+		r.bytesRecv = append(r.bytesRecv, float64(a.wire.bytesIn-b.wire.bytesIn+sa.StreamBytesIn-sb.StreamBytesIn+a.workloadIn-b.workloadIn)/secs)
 		r.DroppedRPCs += a.wire.dropped - b.wire.dropped
 		r.Undeliverable += a.wire.undeliverable - b.wire.undeliverable
 		r.Published += sa.Published - sb.Published
@@ -169,6 +175,20 @@ func (r *Report) Summary(w io.Writer) {
 	d("regions per coordinator", r.RegionsPerCoordinator, "")
 	fmt.Fprintf(w, "  deliveries %d, sequence gaps %d, reordered %d, rejected %v, dropped RPCs %d, coordinators %d\n",
 		r.Delivered, r.Lost, r.Reordered, r.Rejected, r.DroppedRPCs, r.Coordinators)
+	if r.Workload != nil {
+		r.Workload.summary(w, d)
+	}
+	l := r.Load
+	if r.VirtualTime && l.WindowSeconds > 0 {
+		fmt.Fprintf(w, "  cost: %.1f CPU-s for %.1f simulated s (%.1f CPU-s per simulated s); peak RSS %.0f MB\n",
+			l.CPUSeconds, l.WindowSeconds, l.CPUSeconds/l.WindowSeconds, l.PeakRSSMB)
+		return
+	}
+	fmt.Fprintf(w, "  load: this process %.1f CPU-s over %.1f s on %d cores (%.0f%% of them), machine %.0f%% busy; goroutines waited to run p50 %.2f ms, p99 %.2f ms; peak RSS %.0f MB\n",
+		l.CPUSeconds, l.WindowSeconds, l.Cores, 100*l.Utilisation, 100*l.MachineBusy, l.SchedLatencyMS.P50, l.SchedLatencyMS.P99, l.PeakRSSMB)
+	if l.Utilisation > 0.8 || l.MachineBusy > 0.8 || l.SchedLatencyMS.P99 > 100 {
+		fmt.Fprintln(w, "  note: CPU-bound run: the delays above include waiting for the CPU, not only the network; see the virtual-time variant")
+	}
 }
 
 // WriteFiles writes report.json, delay.svg and bandwidth.svg into dir and
@@ -195,7 +215,16 @@ func (r *Report) WriteFiles(dir string) ([]string, error) {
 		series{"sent", r.bytesSent}, series{"received", r.bytesRecv}); err != nil {
 		return nil, err
 	}
-	return []string{jsonPath, delayPath, bwPath}, nil
+	files := []string{jsonPath, delayPath, bwPath}
+	if r.Workload != nil {
+		opsPath := filepath.Join(dir, "workload.svg")
+		if err := cdfPlot(opsPath, "Eat commit latency and fight round trip", "milliseconds",
+			series{"eat commit", r.Workload.eatMS}, series{"fight round trip", r.Workload.fightMS}); err != nil {
+			return nil, err
+		}
+		files = append(files, opsPath)
+	}
+	return files, nil
 }
 
 type series struct {

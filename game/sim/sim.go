@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -20,6 +21,8 @@ import (
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/node"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
@@ -50,11 +53,18 @@ type Config struct {
 	RegionChange time.Duration
 	// Step is the bots' movement step.
 	Step time.Duration
+	// EatEvery and FightEvery are each bot's mean time between two eats
+	// and between two attacks (seeded jitter of ±50%); zero turns the
+	// action off. See workload.go.
+	EatEvery, FightEvery time.Duration
 	// Seed makes identities, latencies and walks reproducible.
 	Seed uint64
 	// Progress, if set, receives a progress bar.
 	Progress io.Writer
 	Logger   *slog.Logger
+	// AtEnd, if set, is called at the end of the measured window while
+	// the network still runs (e.g. to write a heap profile).
+	AtEnd func()
 }
 
 // DefaultConfig is SimMud's setting scaled to one machine: 200 players in
@@ -72,6 +82,8 @@ func DefaultConfig() Config {
 		Speed:        2 * position.TileUnits,
 		RegionChange: 40 * time.Second,
 		Step:         100 * time.Millisecond,
+		EatEvery:     5 * time.Second,
+		FightEvery:   5 * time.Second,
 		Seed:         1,
 	}
 }
@@ -89,6 +101,9 @@ func (c Config) validate() error {
 	}
 	if c.LatencyMin < 0 || c.LatencyMax < c.LatencyMin {
 		errs = append(errs, fmt.Errorf("latency %s..%s: want 0 <= min <= max", c.LatencyMin, c.LatencyMax))
+	}
+	if c.EatEvery < 0 || c.FightEvery < 0 {
+		errs = append(errs, fmt.Errorf("eat every %s, fight every %s: want >= 0 (0 turns it off)", c.EatEvery, c.FightEvery))
 	}
 	if c.Speed <= 0 || c.Step <= 0 || c.RegionChange <= 0 {
 		errs = append(errs, fmt.Errorf("speed %d, step %s, region change %s: want all > 0", c.Speed, c.Step, c.RegionChange))
@@ -144,7 +159,11 @@ type player struct {
 	wire   *wireCounter
 	walker *Walker
 	host   *latencyHost
+	// region is the walker's region, x<<32|y, for the workload.
+	region atomic.Int64
 }
+
+func (p *player) setRegion(c regions.Coord) { p.region.Store(int64(c.X)<<32 | int64(uint32(c.Y))) }
 
 // keyFor derives peer i's identity from the seed, so that placement (and
 // with it the whole run) is reproducible.
@@ -201,6 +220,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	mn := mocknet.New()
 
 	var nodes []*node.Node
+	var regionServices []*regions.Service
 	var runners sync.WaitGroup
 	runCtx, stop := context.WithCancel(ctx)
 	defer func() {
@@ -209,7 +229,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			teardown(mn, nodes, &runners)
+			teardown(mn, nodes, regionServices, &runners)
 		}()
 		select {
 		case <-done:
@@ -254,10 +274,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		wc := &wireCounter{}
 		self := h.ID()
 		lh := newLatencyHost(h, func(remote peer.ID) time.Duration { return latencyOf(self, remote) })
+		// DHT client mode: a simulation runs no DHT lookups (placement
+		// is over the directory), and a DHT server answers the routing
+		// table refreshes of every peer that connects to it: at 60
+		// players that alone allocated 0.4 GB per 15 simulated seconds.
 		n, err := node.New(ctx, node.WithHost(lh),
+			node.WithDHTMode(node.DHTClient),
 			node.WithRoutingTableRefresh(time.Hour),
 			node.WithGossipSubParams(SimGossipSubParams()),
-			node.WithPubSubOptions(pubsub.WithRawTracer(wc)))
+			// Seen message IDs for 20 s instead of gossipsub's two
+			// minutes: updates are 150 ms apart and gossip reaches back
+			// a few heartbeats; the cache was the largest heap item.
+			node.WithPubSubOptions(pubsub.WithRawTracer(wc), pubsub.WithSeenMessagesTTL(20*time.Second)))
 		if err != nil {
 			return nil, fmt.Errorf("player %d node: %w", i, err)
 		}
@@ -276,6 +304,28 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		w := NewWalker(grid, start, cfg.Speed, cfg.RegionChange, cfg.Seed*1_000_003+uint64(i))
 		svc.Move(w.Position(), w.Velocity())
 		players[i] = &player{node: n, svc: svc, wire: wc, walker: w, host: lh}
+		players[i].setRegion(grid.RegionOf(w.Position()))
+	}
+	stats := newOpStats()
+	var actors []*actor
+	var food map[regions.Coord]*regionFood
+	if cfg.EatEvery > 0 || cfg.FightEvery > 0 {
+		g := workloadGame(grid.Width)
+		food = worldFood(g, pc.World, directory)
+		for i, p := range players {
+			rsvc, err := regions.New(p.node, regions.Config{World: pc.World, Width: grid.Width, Height: grid.Height, Logger: log})
+			if err != nil {
+				return nil, fmt.Errorf("player %d regions: %w", i, err)
+			}
+			regionServices = append(regionServices, rsvc)
+			a := &actor{
+				p: p, self: p.node.ID(), mn: mn, store: rsvc.Client(), rsvc: rsvc, grid: grid, game: g, food: food,
+				stats: stats, latency: latencyOf, eatEvery: cfg.EatEvery, fightEvery: cfg.FightEvery,
+				seed: cfg.Seed*2_000_003 + uint64(i), health: game.MaxHealth, skill: 10, attackers: map[peer.ID]attackSeen{},
+			}
+			p.host.SetStreamHandler(play.FightProtocol, a.handleFight)
+			actors = append(actors, a)
+		}
 	}
 	// Links without latency: latencyHost adds it per stream (see there).
 	if err := mn.LinkAll(); err != nil {
@@ -298,6 +348,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}
 	}
+	// Each region's coordinator knows its replica, as after a DHT lookup
+	// of the region's key; the bots connect to both before they use the
+	// region (actor.locate).
+	for _, c := range grid.Neighbourhood(regions.Coord{}, max(grid.Width, grid.Height)) {
+		rf := food[c]
+		if rf != nil && rf.replica != "" {
+			if _, err := mn.ConnectPeers(rf.coordinator, rf.replica); err != nil {
+				return nil, fmt.Errorf("connect coordinator and replica: %w", err)
+			}
+		}
+	}
 	log.Info("network built", "players", cfg.Players, "grid", fmt.Sprintf("%dx%d", grid.Width, grid.Height), "connections", conns)
 
 	for _, p := range players {
@@ -308,11 +369,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		})
 	}
 	runners.Go(func() { drive(runCtx, players, cfg.Step) })
+	for _, a := range actors {
+		runners.Go(func() { a.run(runCtx) })
+	}
 
 	total := cfg.Warmup + cfg.Duration
 	began := time.Now()
 	bar := newProgress(cfg.Progress, total)
 	var before []snapshot
+	var opsBefore map[string]uint64
+	var load loadMark
 	measuring := false
 	tick := time.NewTicker(time.Second)
 	for !func() bool {
@@ -326,21 +392,37 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if !measuring && el >= cfg.Warmup {
 			measuring = true
 			before = snapshots(players)
+			opsBefore = stats.snapshot()
+			load = markLoad()
 			rec.setRecording(true)
+			stats.setRecording(true)
 		}
 		return el >= total
 	}() {
 	}
 	tick.Stop()
 	rec.setRecording(false)
+	stats.setRecording(false)
 	after := snapshots(players)
+	opsAfter := stats.snapshot()
+	used := load.since()
+	if cfg.AtEnd != nil {
+		cfg.AtEnd()
+	}
 	measured := time.Since(began) - cfg.Warmup
 	bar.done()
-	stop()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return buildReport(cfg, pc, before, after, measured, rec), nil
+	r := buildReport(cfg, pc, before, after, measured, rec)
+	r.Load = used
+	if actors != nil {
+		r.Workload = buildWorkload(cfg, stats, opsBefore, opsAfter)
+		r.Workload.addBandwidth(before, after, measured)
+		checkRoles(r.Workload, actors, food, stats)
+	}
+	stop()
+	return r, nil
 }
 
 // cleanupWait bounds how long Run waits for the network to close.
@@ -350,8 +432,13 @@ const cleanupWait = 30 * time.Second
 // own streams and unsubscribes while its node still runs), then closes the
 // nodes and the network. Closing nodes or the network under running
 // services makes every stream reset race with their traffic.
-func teardown(mn mocknet.Mocknet, nodes []*node.Node, runners *sync.WaitGroup) {
+func teardown(mn mocknet.Mocknet, nodes []*node.Node, regionServices []*regions.Service, runners *sync.WaitGroup) {
 	runners.Wait()
+	var rw sync.WaitGroup
+	for _, s := range regionServices {
+		rw.Go(func() { s.Close() })
+	}
+	rw.Wait()
 	var wg sync.WaitGroup
 	for _, n := range nodes {
 		wg.Go(func() { n.Close() })
@@ -381,6 +468,7 @@ func drive(ctx context.Context, players []*player, step time.Duration) {
 			for _, p := range players {
 				p.walker.Step(step)
 				p.svc.Move(p.walker.Position(), p.walker.Velocity())
+				p.setRegion(p.walker.grid.RegionOf(p.walker.Position()))
 			}
 		}
 	}
@@ -389,12 +477,15 @@ func drive(ctx context.Context, players []*player, step time.Duration) {
 type snapshot struct {
 	wire  wireSnapshot
 	stats position.Stats
+	// workloadOut and workloadIn are the workload's stream bytes.
+	workloadOut, workloadIn uint64
 }
 
 func snapshots(players []*player) []snapshot {
 	out := make([]snapshot, len(players))
 	for i, p := range players {
-		out[i] = snapshot{wire: p.wire.snapshot(), stats: p.svc.Stats()}
+		out[i] = snapshot{wire: p.wire.snapshot(), stats: p.svc.Stats(),
+			workloadOut: p.host.workloadOut.Load(), workloadIn: p.host.workloadIn.Load()}
 	}
 	return out
 }

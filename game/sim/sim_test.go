@@ -15,6 +15,8 @@ func TestRunSmall(t *testing.T) {
 		cfg.Players, cfg.Regions = 12, 4
 		cfg.Warmup, cfg.Duration = 2*time.Second, 3*time.Second
 		cfg.Aggregate = aggregate
+		// Position multicast alone; TestWorkload adds eats and fights.
+		cfg.EatEvery, cfg.FightEvery = 0, 0
 		r, err := Run(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
