@@ -75,7 +75,7 @@ type regionTopic struct {
 func EventTopic(world string, c Coord) string { return TopicPrefix(world, c) + "/events" }
 
 // joinTopic returns the region's topic, joining it (with its validator)
-// on first use. Caller holds s.mu.
+// on first use. Caller holds s.topicMu.
 func (s *Service) joinTopicLocked(c Coord) (*regionTopic, error) {
 	if rt := s.topics[c]; rt != nil {
 		return rt, nil
@@ -104,8 +104,8 @@ func (s *Service) joinTopicLocked(c Coord) (*regionTopic, error) {
 }
 
 func (s *Service) closeTopics() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
 	for c, rt := range s.topics {
 		if rt.stop != nil {
 			rt.stop()
@@ -123,13 +123,13 @@ func (s *Service) closeTopics() {
 // publish sends a committed batch to the region's members.
 func (s *Service) publish(c Coord, ev *pb.Event) {
 	ev.World, ev.X, ev.Y = s.cfg.World, int32(c.X), int32(c.Y)
-	s.mu.Lock()
+	s.topicMu.Lock()
 	if s.ctx.Err() != nil {
-		s.mu.Unlock()
+		s.topicMu.Unlock()
 		return
 	}
 	rt, err := s.joinTopicLocked(c)
-	s.mu.Unlock()
+	s.topicMu.Unlock()
 	if err != nil {
 		s.log.Warn("join region topic", "region", c, "err", err)
 		return
@@ -156,8 +156,8 @@ func (s *Service) Subscribe(c Coord) (*Subscription, error) {
 	if !s.cfg.Contains(c) {
 		return nil, errOutside(c, s.cfg)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
 	if s.ctx.Err() != nil {
 		return nil, context.Canceled
 	}
@@ -181,8 +181,8 @@ func (s *Service) Subscribe(c Coord) (*Subscription, error) {
 }
 
 func (s *Service) unsubscribe(sub *Subscription) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
 	rt := s.topics[sub.region]
 	if rt == nil {
 		return
@@ -220,8 +220,8 @@ func (s *Service) readEvents(ctx context.Context, c Coord, sub *pubsub.Subscript
 // absorb updates the member cache with objects and, for events, hands
 // them to the subscribers.
 func (s *Service) absorb(c Coord, epoch, leaseID uint64, entries []*pb.Entry, deliver bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
 	rt := s.topics[c]
 	if rt == nil || rt.sub == nil {
 		return
@@ -247,8 +247,8 @@ func (s *Service) absorb(c Coord, epoch, leaseID uint64, entries []*pb.Entry, de
 
 // cacheOf returns this member's cache of region c.
 func (s *Service) cacheOf(c Coord) (uint64, []*pb.Object) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
 	rt := s.topics[c]
 	if rt == nil {
 		return 0, nil

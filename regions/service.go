@@ -36,9 +36,14 @@ type Service struct {
 	wg      sync.WaitGroup
 	spawnMu sync.Mutex // orders spawn against Close
 
-	mu     sync.Mutex
-	slots  map[Coord]*slot
-	topics map[Coord]*regionTopic
+	mu    sync.Mutex
+	slots map[Coord]*slot
+
+	// topicMu guards topics. It is held across gossipsub calls (joining a
+	// topic, subscribing), which can take long on a busy peer, so it is not
+	// s.mu: role and placement questions must not wait for them.
+	topicMu sync.Mutex
+	topics  map[Coord]*regionTopic
 
 	hashes hashCache
 

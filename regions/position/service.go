@@ -309,6 +309,10 @@ func (s *Service) tick(ctx context.Context) {
 		return
 	}
 	s.updateSubscriptions(ctx, now, pos)
+	// Joining topics can take a while on a busy peer, and the player moves
+	// meanwhile: stamp the update with the time its position is read, or
+	// receivers would judge a long move against a short interval.
+	now = s.cfg.Now()
 	s.mu.Lock()
 	s.seq++
 	own := s.grid.RegionOf(s.pos)
