@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	kb "github.com/libp2p/go-libp2p-kbucket"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -33,10 +34,7 @@ type testPeer struct {
 // bootstraps from boot (if any).
 func newMockNode(t *testing.T, mn mocknet.Mocknet, idx int, boot []peer.AddrInfo, scoring *position.Scoring) *node.Node {
 	t.Helper()
-	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sk := nodesOf(t).key(t)
 	ip := net.ParseIP("100::")
 	ip[14], ip[15] = byte(idx>>8), byte(idx)
 	h, err := mn.AddPeer(sk, ma.StringCast(fmt.Sprintf("/ip6/%s/tcp/4242", ip)))
@@ -69,10 +67,54 @@ func newMocknet(t *testing.T) mocknet.Mocknet {
 }
 
 // nodeSet closes a test's nodes concurrently when the test ends: one by
-// one, thirty DHT shutdowns add up.
+// one, thirty DHT shutdowns add up. It also picks their keys.
 type nodeSet struct {
 	mu    sync.Mutex
 	nodes []*node.Node
+	ids   []peer.ID // of the keys handed out
+}
+
+// key returns a new ed25519 key whose peer ID leaves every routing table
+// of the test able to hold all the others: no peer has more than a
+// Kademlia bucket's worth (20) of others at one common-prefix length.
+// Random keys break that about once in twenty runs of 30 peers; the peer
+// then never lists everyone, and placement, read from the routing table,
+// differs between peers.
+func (s *nodeSet) key(t *testing.T) crypto.PrivKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := peer.IDFromPrivateKey(sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fitsTables(append(s.ids, id)) {
+			s.ids = append(s.ids, id)
+			return sk
+		}
+	}
+}
+
+// fitsTables reports whether, for every peer of ids, at most 20 others
+// share each common-prefix length with it.
+func fitsTables(ids []peer.ID) bool {
+	for _, a := range ids {
+		perCPL := map[int]int{}
+		for _, b := range ids {
+			if a == b {
+				continue
+			}
+			cpl := kb.CommonPrefixLen(kb.ConvertPeerID(a), kb.ConvertPeerID(b))
+			if perCPL[cpl]++; perCPL[cpl] > 20 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 var testNodes sync.Map // *testing.T -> *nodeSet
