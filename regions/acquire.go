@@ -19,11 +19,19 @@ const (
 	handoffHops = 3
 )
 
-// startAcquire begins taking region c over unless that already runs.
-func (s *Service) startAcquire(c Coord) {
+// startAcquire begins taking region c over unless that already runs or
+// this peer coordinates it.
+func (s *Service) startAcquire(c Coord) { s.beginAcquire(c, false) }
+
+// startReclaim is startAcquire for a coordinator that learned another peer
+// holds its region too: acquire compares the copies and takes the fresher
+// one by hand-off (keeping its own if that is the freshest).
+func (s *Service) startReclaim(c Coord) { s.beginAcquire(c, true) }
+
+func (s *Service) beginAcquire(c Coord, asCoordinator bool) {
 	sl := s.slot(c)
 	sl.mu.Lock()
-	if sl.acquiring || sl.m.role == pb.Role_ROLE_COORDINATOR {
+	if sl.acquiring || (sl.m.role == pb.Role_ROLE_COORDINATOR && !asCoordinator) {
 		sl.mu.Unlock()
 		return
 	}
@@ -91,14 +99,18 @@ func (s *Service) acquire(c Coord, sl *slot) {
 			best = h
 		}
 	}
+	s.log.Debug("acquiring region", "region", c, "freshest", best.p, "holders", len(holders))
 	switch {
 	case best.info == nil:
 		s.rebuild(ctx, c, sl, asked)
 	case best.p == self:
 		sl.mu.Lock()
+		promoted := sl.m.role == pb.Role_ROLE_REPLICA
 		eff := sl.m.TakeOver(time.Now())
 		sl.mu.Unlock()
-		s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
+		if promoted {
+			s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
+		}
 		s.run(c, sl, eff)
 	default:
 		s.handoffFrom(ctx, c, sl, best.p)

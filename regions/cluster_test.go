@@ -30,6 +30,8 @@ type cluster struct {
 	members []*member
 	port    int
 	hashes  hashCache
+	// adjust, if set, changes a new member's config (gates, hooks).
+	adjust func(cfg *Config, self peer.ID)
 }
 
 type member struct {
@@ -106,6 +108,9 @@ func (cl *cluster) add(t testing.TB, key crypto.PrivKey) *member {
 	cfg := cl.cfg
 	cfg.Logger = testLogger().With("peer", h.ID().ShortString())
 	cfg.Registerer = prometheus.NewRegistry()
+	if cl.adjust != nil {
+		cl.adjust(&cfg, h.ID())
+	}
 	svc, err := New(n, cfg)
 	if err != nil {
 		t.Fatal(err)

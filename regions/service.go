@@ -820,8 +820,20 @@ func (s *Service) maintain(c Coord, nudged bool) {
 			sl.mu.Unlock()
 			if due {
 				target := order[0]
+				s.log.Debug("a closer peer should coordinate; nudging it", "region", c, "closer", target)
 				s.spawn(func() { s.nudge(target, c) })
 			}
+			return
+		}
+		if nudged {
+			// Nudged to take a region it already coordinates: the nudger
+			// holds the region too, in a newer epoch if a false suspicion
+			// made it take over while this peer, unable to commit (the
+			// lease went with it), had nothing to replicate and so never
+			// heard of the newer epoch. acquire compares the copies and
+			// takes the fresher one back by hand-off.
+			s.log.Debug("nudged while coordinating; comparing copies", "region", c)
+			s.startReclaim(c)
 			return
 		}
 		desired := peer.ID("")

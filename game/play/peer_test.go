@@ -116,9 +116,13 @@ func newTestNetWith(t *testing.T, count int, rc game.RegionCoord, place func(i i
 	return tn
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds. d is a hang guard sized for an idle
+// machine; the wait gives up only after three times that, since a CI
+// machine running other packages' tests at once can be much slower (the
+// lease and token calls to the account server each wait up to 5 s).
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	d *= 3
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
