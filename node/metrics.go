@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -137,4 +138,21 @@ func (t *pubsubTracer) RecvRPC(rpc *pubsub.RPC) {
 func (t *pubsubTracer) SendRPC(rpc *pubsub.RPC, _ peer.ID) {
 	t.rpcOut.Inc()
 	t.rpcOutBytes.Add(float64(proto.Size(&rpc.RPC)))
+}
+
+// RegisterShared registers the collectors of a service that runs on a node
+// (regions, positions, the player runtime) with reg. Several peers of one
+// process may share a registry: a collector already registered by the
+// first of them is left as it is, and the first peer's series are the ones
+// exported.
+func RegisterShared(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -1,12 +1,12 @@
 package regions
 
 import (
-	"errors"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/overworld-p2p/overworld/node"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
@@ -62,13 +62,8 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.denied, m.takeovers, m.replicas, heldCollector{m}} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-		}
+	if err := node.RegisterShared(reg, m.requests, m.duration, m.denied, m.takeovers, m.replicas, heldCollector{m}); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -11,10 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/overworld-p2p/overworld/node"
 )
 
 // opsServer serves what an operator's monitoring scrapes: /metrics,
@@ -88,6 +91,19 @@ func parseMultiaddrs(list string) ([]ma.Multiaddr, error) {
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// requireBootstrap parses the -bootstrap flag's list of full multiaddrs
+// and insists on at least one; hint tells the user where to get one.
+func requireBootstrap(list, hint string) ([]peer.AddrInfo, error) {
+	boot, err := node.ParseBootstrapAddrs(splitList(list))
+	if err != nil {
+		return nil, fmt.Errorf("-bootstrap: %w", err)
+	}
+	if len(boot) == 0 {
+		return nil, fmt.Errorf("-bootstrap: give at least one bootstrap node's multiaddr (%s)", hint)
+	}
+	return boot, nil
 }
 
 // splitList splits a comma-separated flag value, dropping empty entries.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -32,12 +31,9 @@ backoff while none answers) and serves the DHT until stopped.`, out)
 		if err != nil {
 			return err
 		}
-		boot, err := node.ParseBootstrapAddrs(splitList(*bootstrapAddrs))
+		boot, err := requireBootstrap(*bootstrapAddrs, "see 'overworld bootstrap'")
 		if err != nil {
-			return fmt.Errorf("-bootstrap: %w", err)
-		}
-		if len(boot) == 0 {
-			return errors.New("-bootstrap: give at least one bootstrap node's multiaddr (see 'overworld bootstrap')")
+			return err
 		}
 		if *listen == "" {
 			*listen = listenAddrsForPort("0.0.0.0", *port)

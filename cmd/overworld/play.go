@@ -54,12 +54,9 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		if err != nil {
 			return err
 		}
-		boot, err := node.ParseBootstrapAddrs(splitList(*bootstrapAddrs))
+		boot, err := requireBootstrap(*bootstrapAddrs, "or try 'overworld demo'")
 		if err != nil {
-			return fmt.Errorf("-bootstrap: %w", err)
-		}
-		if len(boot) == 0 {
-			return errors.New("-bootstrap: give at least one bootstrap node's multiaddr (or try 'overworld demo')")
+			return err
 		}
 		w, h, err := parseWorldSize(*size)
 		if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -52,5 +53,19 @@ func TestReadPasswordFile(t *testing.T) {
 	}
 	if _, err := readPassword(empty, os.Stderr); err == nil {
 		t.Fatal("an empty password file was accepted")
+	}
+}
+
+func TestRequireBootstrap(t *testing.T) {
+	if _, err := requireBootstrap(" , ", "see the README"); err == nil || !strings.Contains(err.Error(), "see the README") {
+		t.Fatalf("an empty list: %v", err)
+	}
+	if _, err := requireBootstrap("/ip4/127.0.0.1/tcp/4001", "x"); err == nil {
+		t.Fatal("a multiaddr without /p2p/ID was accepted")
+	}
+	const id = "12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"
+	boot, err := requireBootstrap("/ip4/127.0.0.1/tcp/4001/p2p/"+id, "x")
+	if err != nil || len(boot) != 1 || boot[0].ID.String() != id {
+		t.Fatalf("one bootstrap node: %v %v", boot, err)
 	}
 }

@@ -1,9 +1,9 @@
 package play
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/overworld-p2p/overworld/node"
 )
 
 // metrics are the runtime's counters.
@@ -33,23 +33,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Chat-topic messages and whispers refused, by reason.",
 		}, []string{"reason"}),
 	}
-	if err := registerOnce(reg, m.takes, m.fights, m.fightMismatches, m.chatRejected); err != nil {
+	if err := node.RegisterShared(reg, m.takes, m.fights, m.fightMismatches, m.chatRejected); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// registerOnce registers collectors with reg, leaving alone those already
-// registered (several peers of one process may share a registry; the first
-// one's series are exported).
-func registerOnce(reg prometheus.Registerer, cs ...prometheus.Collector) error {
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -167,8 +167,7 @@ type Peer struct {
 	mu        sync.Mutex
 	av        *Avatar
 	character accounts.Character // last loaded or saved, for its version
-	control   webui.Control      // held direction
-	pending   webui.Control      // one-shot actions for the next tick
+	input     webui.InputLatch
 	bot       *game.Bot
 	rs        map[game.RegionCoord]*regionState
 	topics    map[game.RegionCoord]*chatTopic
@@ -295,7 +294,7 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 	if p.pos, err = position.New(n, pcfg, popts...); err != nil {
 		return nil, fmt.Errorf("play: %w", err)
 	}
-	if err := registerOnce(cfg.Registerer, position.NewCollector(p.pos)); err != nil {
+	if err := node.RegisterShared(cfg.Registerer, position.NewCollector(p.pos)); err != nil {
 		return nil, fmt.Errorf("play: position metrics: %w", err)
 	}
 
@@ -434,10 +433,7 @@ func (p *Peer) step(now time.Time) {
 	seen := p.pos.View(now)
 	p.mu.Lock()
 	p.updateOthers(seen)
-	c := p.control
-	c.Eat, c.Fight, c.Target = p.pending.Eat, p.pending.Fight, p.pending.Target
-	p.pending = webui.Control{}
-	in := c.GameInput(p.id)
+	in := p.input.Take().GameInput(p.id)
 	if p.bot != nil {
 		in = p.bot.Next(p.observe())
 	}
@@ -638,17 +634,9 @@ func (p *Peer) Map(rc game.RegionCoord) (webui.MapView, bool) {
 // Input implements webui.Session: the direction is held until changed; eat
 // and fight happen on the next tick. A bot ignores it.
 func (p *Peer) Input(c webui.Control) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.control.MoveX, p.control.MoveY = c.MoveX, c.MoveY
-	p.pending.Eat = p.pending.Eat || c.Eat
-	if c.Fight {
-		p.pending.Fight, p.pending.Target = true, c.Target
-	}
-	return nil
+	return p.input.Apply(c)
 }
 
 func coordOf(rc game.RegionCoord) regions.Coord { return regions.Coord{X: rc.X, Y: rc.Y} }

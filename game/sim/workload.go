@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -873,11 +875,7 @@ func (w *Workload) summary(out io.Writer, d func(string, Dist, string)) {
 	d("  workload streams sent", w.StreamBytesSentPerSec, "B/s")
 	d("  region events received", w.EventBytesRecvPerSec, "B/s")
 	fmt.Fprintf(out, "    regions coordinated as placed %d of %d used, claimed by several %d (roles unknown at %d bots)\n", w.RegionsCoordinatedAsPlaced, w.RegionsWithObjects, w.SplitRegions, w.RoleUnknown)
-	keys := make([]string, 0, len(w.Outcomes))
-	for k := range w.Outcomes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(w.Outcomes))
 	fmt.Fprintf(out, "    outcomes over the whole run:")
 	for _, k := range keys {
 		fmt.Fprintf(out, " %s=%d;", k, w.Outcomes[k])

@@ -33,8 +33,7 @@ type LocalSession struct {
 	world    *game.World
 	self     game.PlayerID
 	bots     []*game.Bot
-	control  Control // held direction
-	pending  Control // one-shot actions waiting for the next tick
+	input    InputLatch
 	messages []Message
 	nextSeq  uint64
 	names    map[game.PlayerID]string
@@ -123,10 +122,7 @@ func (l *LocalSession) Run(ctx context.Context) error {
 func (l *LocalSession) Step() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.control
-	c.Eat, c.Fight, c.Target = l.pending.Eat, l.pending.Fight, l.pending.Target
-	l.pending = Control{}
-	inputs := []game.Input{c.GameInput(l.self)}
+	inputs := []game.Input{l.input.Take().GameInput(l.self)}
 	for _, b := range l.bots {
 		if obs, ok := l.world.BotObserve(b.ID()); ok {
 			inputs = append(inputs, b.Next(obs))
@@ -249,17 +245,9 @@ func (l *LocalSession) Map(rc game.RegionCoord) (MapView, bool) {
 // Input implements Session: the direction is held until changed; eat and
 // fight happen on the next tick.
 func (l *LocalSession) Input(c Control) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.control.MoveX, l.control.MoveY = c.MoveX, c.MoveY
-	l.pending.Eat = l.pending.Eat || c.Eat
-	if c.Fight {
-		l.pending.Fight, l.pending.Target = true, c.Target
-	}
-	return nil
+	return l.input.Apply(c)
 }
 
 // Chat implements Session: with nobody else human around, the line is

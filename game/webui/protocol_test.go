@@ -74,3 +74,24 @@ func FuzzDecodeClientMessage(f *testing.F) {
 		}
 	})
 }
+
+func TestInputLatch(t *testing.T) {
+	var l InputLatch
+	if err := l.Apply(Control{MoveX: 1, Eat: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Apply(Control{MoveX: 1, MoveY: -1, Fight: true, Target: "p2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Apply(Control{MoveX: 3}); err == nil {
+		t.Fatal("an out-of-range move was latched")
+	}
+	want := Control{MoveX: 1, MoveY: -1, Eat: true, Fight: true, Target: "p2"}
+	if got := l.Take(); got != want {
+		t.Fatalf("first tick %+v, want %+v", got, want)
+	}
+	// The direction stays held; the actions happened once.
+	if got := l.Take(); got != (Control{MoveX: 1, MoveY: -1}) {
+		t.Fatalf("second tick %+v", got)
+	}
+}

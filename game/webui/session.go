@@ -149,6 +149,35 @@ const (
 	MaxTargetLen = game.MaxPlayerIDLen
 )
 
+// InputLatch holds what a page asked for between two ticks: the direction
+// until the page changes it, eat and fight once, on the next tick. Sessions
+// guard it with their own lock.
+type InputLatch struct {
+	held    Control // direction
+	pending Control // one-shot actions
+}
+
+// Apply records a control from the page after validating it.
+func (l *InputLatch) Apply(c Control) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	l.held.MoveX, l.held.MoveY = c.MoveX, c.MoveY
+	l.pending.Eat = l.pending.Eat || c.Eat
+	if c.Fight {
+		l.pending.Fight, l.pending.Target = true, c.Target
+	}
+	return nil
+}
+
+// Take returns the control for this tick and clears the one-shot actions.
+func (l *InputLatch) Take() Control {
+	c := l.held
+	c.Eat, c.Fight, c.Target = l.pending.Eat, l.pending.Fight, l.pending.Target
+	l.pending = Control{}
+	return c
+}
+
 // Validate checks a control against the protocol's ranges.
 func (c Control) Validate() error {
 	if c.MoveX < -1 || c.MoveX > 1 || c.MoveY < -1 || c.MoveY > 1 {

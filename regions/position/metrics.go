@@ -1,7 +1,8 @@
 package position
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -111,10 +112,5 @@ func (s Stats) TotalRejected() uint64 {
 
 // Reasons lists the keys of m in order, for stable output.
 func Reasons(m map[string]uint64) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(m))
 }
