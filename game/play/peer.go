@@ -287,7 +287,12 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 	// Two respawns are at least the respawn time apart; half of it leaves
 	// room for when the updates announcing them were sent.
 	pcfg.MinRelocationInterval = time.Duration(cfg.Game.RespawnTicks) * time.Second / time.Duration(cfg.Game.TickRate) / 2
-	var popts []position.Option
+	// Positions are aggregated and rendezvous held by the peer that
+	// coordinates the region's objects, as this peer's region service sees it.
+	popts := []position.Option{position.WithCoordinators(func(c regions.Coord) peer.ID {
+		coord, _ := p.regions.Coordinator(c)
+		return coord
+	})}
 	if p.admit != nil {
 		popts = append(popts, position.WithAdmission(positionAdmission(p.admit)))
 	}

@@ -302,9 +302,8 @@ func (s *Service) ownRegion() regions.Coord {
 	return s.grid.RegionOf(s.pos)
 }
 
-// coordinatorFor returns region c's coordinator: regions.Placement over the
-// candidates that run the position protocol, this peer included. The answer
-// is cached for coordinatorTTL.
+// coordinatorFor returns region c's coordinator (placeCoordinator), cached
+// for coordinatorTTL.
 func (s *Service) coordinatorFor(ctx context.Context, c regions.Coord) (peer.ID, error) {
 	now := s.cfg.Now()
 	s.mu.Lock()
@@ -312,6 +311,25 @@ func (s *Service) coordinatorFor(ctx context.Context, c regions.Coord) (peer.ID,
 	s.mu.Unlock()
 	if ok && now.Before(e.until) {
 		return e.id, nil
+	}
+	coord, err := s.placeCoordinator(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	if coord == "" {
+		return "", fmt.Errorf("no coordinator for region %s", c)
+	}
+	s.mu.Lock()
+	s.coordinator[c] = coordinatorEntry{id: coord, until: now.Add(s.cfg.CoordinatorTTL)}
+	s.mu.Unlock()
+	return coord, nil
+}
+
+// placeCoordinator is region c's coordinator by WithCoordinators, else by
+// placement over the candidates that run the position protocol.
+func (s *Service) placeCoordinator(ctx context.Context, c regions.Coord) (peer.ID, error) {
+	if s.coordinatorOf != nil {
+		return s.coordinatorOf(c), nil
 	}
 	key := regions.Key(s.cfg.World, c)
 	cands, err := s.candidates(ctx, key)
@@ -331,12 +349,6 @@ func (s *Service) coordinatorFor(ctx context.Context, c regions.Coord) (peer.ID,
 		}
 	}
 	coord, _ := regions.Placement(key, running)
-	if coord == "" {
-		return "", fmt.Errorf("no coordinator for region %s", c)
-	}
-	s.mu.Lock()
-	s.coordinator[c] = coordinatorEntry{id: coord, until: now.Add(s.cfg.CoordinatorTTL)}
-	s.mu.Unlock()
 	return coord, nil
 }
 

@@ -12,7 +12,8 @@
 // In aggregated mode (SimMud's message aggregation) players send their
 // updates over the direct stream protocol /overworld/position/1.0.0 to the
 // region's coordinator (regions.Placement over the peers that run this
-// protocol), which publishes one Batch per interval.
+// protocol, or, with WithCoordinators, the region service's coordinator),
+// which publishes one Batch per interval.
 //
 // Data flow on a receiver: gossipsub -> topic validator (size, decode,
 // author = named player or coordinator, region = topic, Tracker: sequence

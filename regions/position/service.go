@@ -52,6 +52,23 @@ func WithCandidates(f CandidateFunc) Option {
 	}
 }
 
+// WithCoordinators takes each region's coordinator from f instead of
+// computing placement over candidates. A peer that also runs the region
+// service (package regions) passes its Coordinator, so the peer that
+// commits a region's objects is the one that aggregates its positions, as
+// the region service sees it (connections, failed peers, lease
+// eligibility included). f must be quick and return "" only when it knows
+// of no coordinator.
+func WithCoordinators(f func(regions.Coord) peer.ID) Option {
+	return func(s *Service) error {
+		if f == nil {
+			return errors.New("coordinator function is nil")
+		}
+		s.coordinatorOf = f
+		return nil
+	}
+}
+
 // WithDeliveryHook calls f for every accepted update of another player. f
 // runs on the subscription's goroutine and must be quick.
 func WithDeliveryHook(f func(Delivery)) Option {
@@ -73,9 +90,12 @@ type Service struct {
 	self       peer.ID
 	log        *slog.Logger
 	candidates CandidateFunc
-	onDeliver  func(Delivery)
-	admission  Admission // nil: an open world
-	count      *counters
+	// coordinatorOf, if set, names coordinators instead of candidates
+	// (WithCoordinators).
+	coordinatorOf func(regions.Coord) peer.ID
+	onDeliver     func(Delivery)
+	admission     Admission // nil: an open world
+	count         *counters
 
 	topicMu sync.Mutex                     // guards topics; taken before mu, never after
 	topics  map[regions.Coord]*regionTopic // joined topics, subscribed or not
