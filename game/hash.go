@@ -18,7 +18,7 @@ func (w *World) StateHash() [32]byte {
 	str := func(s string) { u64(uint64(len(s))); b = append(b, s...) }
 	flush := func() { h.Write(b); b = b[:0] }
 
-	str("overworld/world-state/v1")
+	str("overworld/world-state/v2")
 	c := w.cfg
 	u64(c.Seed)
 	for _, v := range []int{c.RegionsX, c.RegionsY, c.RegionTiles, c.TickRate, c.FoodPerRegion, c.HealthPacksPerRegion} {
@@ -31,9 +31,9 @@ func (w *World) StateHash() [32]byte {
 		u64(v)
 	}
 	u64(w.tick)
-	u64(uint64(len(w.order)))
-	for _, id := range w.order {
-		p := w.players[id]
+	u64(uint64(len(w.players)))
+	for i := range w.players {
+		p := &w.players[i]
 		str(string(p.ID))
 		str(p.Name)
 		i32(p.Pos.X)
@@ -50,21 +50,28 @@ func (w *World) StateHash() [32]byte {
 		}
 		u64(alive)
 		u64(p.RespawnAt)
+		home := uint64(0)
+		if p.RespawnHome {
+			home = 1
+		}
+		u64(home)
 		u64(uint64(p.Deaths))
 		u64(p.FightCounter)
 		u64(p.EatReadyAt)
 		u64(p.FightReadyAt)
 		flush()
 	}
-	u64(uint64(len(w.objects.entries)))
-	for _, e := range w.objects.entries {
-		id, v := e.id, e.v
-		u64(uint64(id.Region.X))
-		u64(uint64(id.Region.Y))
-		u64(uint64(id.Slot))
-		u64(v.Version)
-		b = v.Object.appendBinary(b)
-		flush()
+	u64(uint64(w.objects.Len()))
+	for _, page := range w.objects.pages {
+		for _, e := range page.entries {
+			id, v := e.id, e.v
+			u64(uint64(id.Region.X))
+			u64(uint64(id.Region.Y))
+			u64(uint64(id.Slot))
+			u64(v.Version)
+			b = v.Object.appendBinary(b)
+			flush()
+		}
 	}
 	flush()
 	var out [32]byte

@@ -29,7 +29,7 @@ func runBots(t testing.TB, seed uint64, n, steps int) (*World, []Event) {
 	// Two of them start badly hurt and one starving, so deaths and
 	// respawns are part of the run.
 	for i, b := range bots {
-		p := w.players[b.ID()]
+		p := w.ref(b.ID())
 		p.Pos = w.SpawnPoint(b.ID(), RegionCoord{1, 1}, 0)
 		switch i {
 		case 0, 1:
