@@ -6,6 +6,21 @@ package game
 // bots run the same functions on their own copy of a player, so a rule
 // change reaches every mode at once.
 
+// StartingSkill is a new character's skill.
+const StartingSkill = 10
+
+// NewPlayer is a new character standing at pos: unhurt, fed, at the
+// starting skill. Joins (World.AddPlayer, CommandJoin) start from it.
+func NewPlayer(id PlayerID, name string, pos Vec) Player {
+	p := Player{ID: id, Name: name, Skill: StartingSkill}
+	Revive(&p, pos)
+	return p
+}
+
+// FreshFighter is what a fight assumes of a player whose state it has not
+// seen: a new character.
+func FreshFighter() Fighter { return Fighter{Skill: StartingSkill, Health: MaxHealth} }
+
 // Metabolize applies the hunger rule of tick t to p: every HungerTicks a
 // living player's hunger rises by one; a starving player (hunger at
 // MaxHunger) loses one health each interval, and a well-fed one (hunger

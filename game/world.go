@@ -258,8 +258,7 @@ func (w *World) join(id PlayerID, name string, saved *Character) (int, error) {
 	if ok {
 		return 0, fmt.Errorf("player %s: already in the world", id)
 	}
-	p := Player{ID: id, Name: name, Skill: 10}
-	Revive(&p, w.SpawnPoint(id, w.HomeRegion(id), 0))
+	p := NewPlayer(id, name, w.SpawnPoint(id, w.HomeRegion(id), 0))
 	if saved != nil {
 		RestoreCharacter(&p, *saved)
 		p.Pos = w.savedPosition(id, saved.Pos)
