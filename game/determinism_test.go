@@ -72,6 +72,13 @@ func TestAdvanceDeterminism(t *testing.T) {
 		if !dirty && leading.Hash() != s.hashes[i] {
 			t.Fatalf("tick %d: leading state, not perturbed since its last repair, differs from the reference", i+1)
 		}
+		if i%97 == 0 {
+			for _, w := range []*World{trailing, leading, scribbler} {
+				if w.Hash() != uncachedHash(w) {
+					t.Fatalf("tick %d: a cached page digest is stale", i+1)
+				}
+			}
+		}
 		switch r := rng.IntN(40); {
 		case r == 0:
 			// Rollback: the trailing state is copied onto the leading one.
@@ -136,4 +143,13 @@ func scribble(rng *Rand, w *World) {
 		o.Amount, o.RegrowAt = 0, w.tick+1+uint64(rng.IntN(100))
 		w.objects.Set(id, VersionedObject{Version: v.Version + 1, Object: o})
 	}
+}
+
+// uncachedHash hashes a deep copy of w whose pages have no cached digest.
+func uncachedHash(w *World) [32]byte {
+	d := &World{cfg: w.cfg, terrain: w.terrain, tick: w.tick, players: slices.Clone(w.players), objects: &ObjectTable{}}
+	for _, p := range w.objects.pages {
+		d.objects.pages = append(d.objects.pages, &objectPage{region: p.region, entries: slices.Clone(p.entries)})
+	}
+	return d.Hash()
 }

@@ -203,8 +203,10 @@ type ObjectTable struct {
 // immutable: it may be referenced by several tables (and by the terrain's
 // starting pages), and a table about to change it takes a private copy.
 type objectPage struct {
-	region  RegionCoord
-	shared  atomic.Bool
+	region RegionCoord
+	shared atomic.Bool
+	// digest caches sum(); nil until computed and after a change.
+	digest  atomic.Pointer[[32]byte]
 	entries []tableEntry
 }
 
@@ -283,6 +285,7 @@ func (t *ObjectTable) region(rc RegionCoord) []tableEntry {
 func (t *ObjectTable) writable(pi int) *objectPage {
 	p := t.pages[pi]
 	if !p.shared.Load() {
+		p.digest.Store(nil)
 		return p
 	}
 	c := &objectPage{region: p.region, entries: slices.Clone(p.entries)}

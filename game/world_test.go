@@ -8,7 +8,7 @@ import (
 // goldenHash is the state hash after the standard bot scenario (seed 7,
 // 8 bots, 10,000 steps). It changes only when the rules, the map generator
 // or the hash encoding change; update it deliberately when they do.
-const goldenHash = "a1a04c50d2840e2df0477c42af2a7338674e3ea803486118bedaf1ae4505222a"
+const goldenHash = "3b5969f836477cbf47dbeb58f83022dd6b2b155ca3aca8df2d5a7360e8703d7d"
 
 func TestDeterminismGolden(t *testing.T) {
 	w1, ev1 := runBots(t, 7, 8, 10000)
