@@ -25,13 +25,8 @@ type script struct {
 // the character they left with, and sometimes ask to respawn at home.
 func botScript(t testing.TB, seed uint64, n, ticks int) script {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Seed = seed
-	cfg.RegionsX, cfg.RegionsY = 3, 3
-	w, err := NewWorld(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := botConfig(seed)
+	w := mustWorld(t, cfg)
 	rng := NewRand(seed ^ 0xc0ffee)
 	const period = int64(1_000_000_000 / 30)
 	var seq [4]uint64

@@ -68,12 +68,7 @@ func TestCloneIsIndependent(t *testing.T) {
 // newTestWorld returns a small world with one player "p".
 func newTestWorld(t *testing.T) (*World, *Player) {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.RegionsX, cfg.RegionsY = 2, 2
-	w, err := NewWorld(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newEmptyWorld(t)
 	if _, err := w.AddPlayer("p", "Pat"); err != nil {
 		t.Fatal(err)
 	}
