@@ -444,3 +444,24 @@ func FuzzUnmarshalCommand(f *testing.F) {
 		w.Advance([]Command{c})
 	})
 }
+
+// The interfaces game/tss defines (TSS_CONTRACT.md), restated here so the
+// build proves *World satisfies tss.State[*World, Command, TickRecord]
+// without importing tss.
+type (
+	contractCommand interface {
+		At() int64
+		Key() (mirror uint32, seq uint64)
+	}
+	contractRecord[R any] interface {
+		Diverges(other R, weakMargin int64) (why string, diverged bool)
+	}
+	contractState[S any, C contractCommand, R contractRecord[R]] interface {
+		Tick() uint64
+		Advance(cmds []C) R
+		CopyFrom(src S)
+		Hash() [32]byte
+	}
+)
+
+var _ contractState[*World, Command, TickRecord] = (*World)(nil)
