@@ -272,18 +272,22 @@ func (m *CMB[C, V]) Round(now time.Duration) error {
 func (m *CMB[C, V]) send(w *view[V], t int64) {
 	sends := w.sends[:0]
 	due := w.due
-	sentAt, since, sent, zone := w.sentAt[:len(due)], w.since[:len(due)], w.sent[:len(due)], w.zone[:len(due)]
-	val, setOf := m.val[:len(due)], m.setOf[:len(due)]
-	for i, d := range due {
-		if d > t {
-			continue
+	sentAt, since, sent, val := w.sentAt[:len(due)], w.since[:len(due)], w.sent[:len(due)], m.val[:len(due)]
+	if m.literal {
+		zone, setOf := w.zone[:len(due)], m.setOf[:len(due)]
+		for i, d := range due {
+			if d <= t {
+				sends = append(sends, ObjectID(i))
+				sentAt[i], since[i], sent[i] = t, 0, val[i]
+				due[i] = addTime(t, m.sets[setOf[i]].bounds[zone[i]].time)
+			}
 		}
-		sends = append(sends, ObjectID(i))
-		sentAt[i], since[i], sent[i] = t, 0, val[i]
-		if m.literal {
-			due[i] = addTime(t, m.sets[setOf[i]].bounds[zone[i]].time)
-		} else {
-			due[i] = never
+	} else {
+		for i, d := range due {
+			if d <= t {
+				sends = append(sends, ObjectID(i))
+				sentAt[i], since[i], sent[i], due[i] = t, 0, val[i], never
+			}
 		}
 	}
 	w.sends = sends
@@ -303,24 +307,28 @@ func (m *CMB[C, V]) rezone(w *view[V]) {
 			}
 		}
 	}
+	zone := w.zone
 	for s := range m.sets {
 		if !w.rezone[s] {
 			continue
 		}
 		set := &m.sets[s]
 		pivots := w.pivots[s]
-		switch len(pivots) {
-		case 1:
+		if len(pivots) == 1 {
 			// One pivot is the common case (a client's avatar): keep its
 			// position in registers.
 			p := m.pos[pivots[0]]
 			for _, o := range set.members {
 				q := m.pos[o]
-				m.setZone(w, set, o, set.zoneAt(max(absDiff(p.X, q.X), absDiff(p.Y, q.Y))))
+				if z := set.zoneAt(max(absDiff(p.X, q.X), absDiff(p.Y, q.Y))); z != zone[o] {
+					m.setZone(w, set, o, z)
+				}
 			}
-		default:
+		} else {
 			for _, o := range set.members {
-				m.setZone(w, set, o, m.zoneOf(set, pivots, o))
+				if z := m.zoneOf(set, pivots, o); z != zone[o] {
+					m.setZone(w, set, o, z)
+				}
 			}
 		}
 		w.rezone[s] = false
@@ -334,7 +342,9 @@ func (m *CMB[C, V]) rezone(w *view[V]) {
 			continue
 		}
 		set := &m.sets[s]
-		m.setZone(w, set, o, m.zoneOf(set, w.pivots[s], o))
+		if z := m.zoneOf(set, w.pivots[s], o); z != zone[o] {
+			m.setZone(w, set, o, z)
+		}
 	}
 }
 
@@ -365,12 +375,9 @@ func Chebyshev[C Coord](a, b Point[C]) uint64 {
 	return max(absDiff(a.X, b.X), absDiff(a.Y, b.Y))
 }
 
-// setZone records o's zone in w; when it changes, the copy is judged again
+// setZone moves o into a new zone z of w and judges the copy again
 // against the new zone's vector.
 func (m *CMB[C, V]) setZone(w *view[V], s *objectSet, o ObjectID, z uint8) {
-	if w.zone[o] == z {
-		return
-	}
 	w.zone[o] = z
 	d := w.due[o]
 	if d == dirty || w.sentAt[o] == unsent {
