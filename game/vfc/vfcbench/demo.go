@@ -1,6 +1,7 @@
 package vfcbench
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -81,19 +82,25 @@ type ZoneRow struct {
 
 // DemoReport is the outcome of RunDemo.
 type DemoReport struct {
-	Clients, Players, Objects int
-	Seconds, Frames           int
-	FrameTicks                int
+	Clients    int `json:"clients"`
+	Players    int `json:"players"`
+	Objects    int `json:"objects"`
+	Seconds    int `json:"seconds"`
+	Frames     int `json:"frames"`
+	FrameTicks int `json:"frame_ticks"`
 	// Traffic under VFC and three baselines: every object every frame
 	// (send-all), every change to every client (the paper's version 1),
 	// and every change within the 3×3 regions around the client (the
 	// area the page draws).
-	VFC, SendAll, SendChanged, AOIChanged Traffic
-	Zones                                 []ZoneRow
+	VFC         Traffic   `json:"vfc"`
+	SendAll     Traffic   `json:"send_all"`
+	SendChanged Traffic   `json:"send_every_change"`
+	AOIChanged  Traffic   `json:"send_changes_in_3x3_regions"`
+	Zones       []ZoneRow `json:"zones"`
 	// FilterTime is the wall time spent in Filter.Frame and AppendSends
 	// over the run, and per frame (all clients).
-	FilterTime     time.Duration
-	FilterPerFrame time.Duration
+	FilterTime     time.Duration `json:"filter_ns"`
+	FilterPerFrame time.Duration `json:"filter_per_frame_ns"`
 }
 
 type shadowCopy struct {
@@ -105,7 +112,7 @@ type shadowCopy struct {
 
 // RunDemo plays the demo and measures traffic and staleness. The run is
 // deterministic for a config (except FilterTime).
-func RunDemo(dc DemoConfig) (*DemoReport, error) {
+func RunDemo(ctx context.Context, dc DemoConfig) (*DemoReport, error) {
 	if dc.Clients < 1 || dc.Seconds < 1 || dc.FrameTicks < 1 {
 		return nil, fmt.Errorf("demo: %d clients, %d s, %d ticks per frame: need at least one of each", dc.Clients, dc.Seconds, dc.FrameTicks)
 	}
@@ -188,6 +195,9 @@ func RunDemo(dc DemoConfig) (*DemoReport, error) {
 		w.Step(inputs)
 		if t%dc.FrameTicks != 0 {
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
 		// The harness looks at the world when the filter does: once a
 		// frame, so both stamp a change with the frame's tick.

@@ -1,6 +1,7 @@
 package vfcbench
 
 import (
+	"context"
 	"reflect"
 	"testing"
 )
@@ -11,7 +12,7 @@ import (
 func TestDemoKeepsBounds(t *testing.T) {
 	dc := DefaultDemo()
 	dc.Clients, dc.Seconds = 12, 8
-	rep, err := RunDemo(dc)
+	rep, err := RunDemo(context.Background(), dc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,6 +21,11 @@ func TestDemoKeepsBounds(t *testing.T) {
 			z.Set, z.Zone, z.Range, z.BoundText, z.PairFrames, z.StaleFrames, z.MaxAgeSeconds, z.MaxMissed, z.MaxValue, z.Exceeded, z.P99ErrorTiles, z.MaxErrorTiles)
 		if z.Exceeded > 0 {
 			t.Errorf("%s zone %d: %d observations past the bound %s", z.Set, z.Zone, z.Exceeded, z.BoundText)
+		}
+		// With a round every tick, what a client shows of a player is off
+		// by less than the zone's value bound (percent of a tile).
+		if z.Set == "players" && z.MaxErrorTiles > 0 && z.MaxErrorTiles*100 >= z.Bound.Value {
+			t.Errorf("players zone %d: a client's dead reckoning was %.2f tiles off, bound %s", z.Zone, z.MaxErrorTiles, z.BoundText)
 		}
 	}
 	t.Logf("vfc %d B, send-all %d B, every change %d B, 3x3 changes %d B; filter %v per frame",
@@ -37,11 +43,11 @@ func TestDemoKeepsBounds(t *testing.T) {
 func TestDemoIsDeterministic(t *testing.T) {
 	dc := DefaultDemo()
 	dc.Clients, dc.Seconds, dc.FrameTicks = 8, 5, 2
-	a, err := RunDemo(dc)
+	a, err := RunDemo(context.Background(), dc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := RunDemo(dc)
+	b, err := RunDemo(context.Background(), dc)
 	if err != nil {
 		t.Fatal(err)
 	}

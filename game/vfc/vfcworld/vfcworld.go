@@ -14,11 +14,14 @@
 //
 // A player's value difference is what the client would get wrong: the
 // distance between where the client dead-reckons the player from the copy
-// it holds and where the player is (now and LookaheadTicks ahead, so a
-// changed velocity counts before the error has grown), in percent of a
-// tile, or the change of its health or hunger bars in points, whichever is
-// larger; dying or coming back counts 100. A world object's is the change
-// of its amount in percent of its maximum.
+// it holds and where the player is, in percent of a tile, or the change of
+// its health or hunger bars in points, whichever is larger; dying, coming
+// back or scoring counts 100. The distance is taken now and ahead: for a
+// moving player LookaheadTicks ahead (a turn counts before its error has
+// grown; the next tick's write looks again), for a player standing still
+// where the client's reckoning comes to rest, since no further write will
+// look again. A world object's difference is the change of its amount in
+// percent of its maximum.
 package vfcworld
 
 import (
@@ -173,9 +176,18 @@ func (s Settings) Diff(sent, cur State) float64 {
 	if cur.Tick > sent.Tick {
 		el = cur.Tick - sent.Tick
 	}
-	la := uint64(s.LookaheadTicks)
 	errNow := chebyshev(Reckon(sent, el, s.ReckonTicks), cur.Pos)
-	errAhead := chebyshev(Reckon(sent, el+la, s.ReckonTicks), Reckon(cur, la, s.ReckonTicks))
+	var errAhead int64
+	if cur.Vel == (game.Vec{}) {
+		// A player standing still sends no more updates, so this is the
+		// last look: the client's reckoning runs on to its limit.
+		errAhead = chebyshev(Reckon(sent, uint64(max(s.ReckonTicks, 0)), s.ReckonTicks), cur.Pos)
+	} else {
+		// A moving player is written again next tick; look a little
+		// ahead so a turn counts before its error has grown.
+		la := uint64(s.LookaheadTicks)
+		errAhead = chebyshev(Reckon(sent, el+la, s.ReckonTicks), Reckon(cur, la, s.ReckonTicks))
+	}
 	d := float64(max(errNow, errAhead)) * 100 / game.TileUnits
 	d = max(d, abs32(cur.Health-sent.Health), abs32(cur.Hunger-sent.Hunger))
 	if cur.Score != sent.Score {

@@ -176,7 +176,8 @@ func TestDiff(t *testing.T) {
 	}{
 		{"on the reckoned line", later(5, nil), 0},
 		{"a tile off the line", later(5, func(s *State) { s.Pos.Y += game.TileUnits }), 100},
-		{"stopped: the lookahead sees the client run on", later(5, func(s *State) { s.Vel = game.Vec{} }), float64(30*6) * 100 / game.TileUnits},
+		{"turned: the lookahead sees the paths part", later(5, func(s *State) { s.Vel = game.Vec{Y: 30} }), float64(30*6) * 100 / game.TileUnits},
+		{"stopped: the client reckons on for its 30 ticks", later(5, func(s *State) { s.Vel = game.Vec{} }), float64(30*(30-5)) * 100 / game.TileUnits},
 		{"hit for 30", later(0, func(s *State) { s.Health -= 30 }), 30},
 		{"healed for 30 (absolute)", later(0, func(s *State) { s.Health += 20 }), 20},
 		{"died", later(0, func(s *State) { s.Alive = false }), 100},
