@@ -29,14 +29,14 @@ const (
 // and computes every view's sends; nothing runs in the background and no
 // clock is read. Not safe for concurrent use.
 //
-// C is the coordinate type; V the value type sent to views. diff(sent,
+// C is the coordinate type; T the value type sent to views. diff(sent,
 // current) measures how far a view's copy sent is from the current value,
 // in the unit of the sets' value bounds (by convention percent, as §4.2's
 // valueDiff); it may be signed (the corrected mode takes its absolute
 // value) and is called only for sets with a value bound.
-type CMB[C Coord, V any] struct {
+type CMB[C Coord, T any] struct {
 	literal    bool
-	diff       func(sent, current V) float64
+	diff       func(sent, current T) float64
 	maxObjects int
 	maxViews   int
 
@@ -45,7 +45,7 @@ type CMB[C Coord, V any] struct {
 	// Per object, indexed by ObjectID (struct of arrays: the round loop
 	// reads one or two of them per object).
 	pos    []Point[C]
-	val    []V
+	val    []T
 	setOf  []uint16
 	state  []objectState
 	member []int32 // index in its set's members
@@ -56,7 +56,7 @@ type CMB[C Coord, V any] struct {
 	freeSlots   []ObjectID
 	liveCount   int
 
-	views     []*view[V] // indexed by ViewID; nil for a free slot
+	views     []*view[T] // indexed by ViewID; nil for a free slot
 	freeViews []ViewID
 
 	rounds    int
@@ -83,7 +83,7 @@ func (s *objectSet) zoneAt(d uint64) uint8 {
 
 // view is one client's consistency view: the per-(view, object) state of
 // figure 9 (D, Sθ, Sσ, Sν, K) as parallel arrays indexed by ObjectID.
-type view[V any] struct {
+type view[T any] struct {
 	name   string
 	pivots [][]ObjectID // per set
 	// rezone marks the sets whose every member needs its zone recomputed
@@ -97,7 +97,7 @@ type view[V any] struct {
 	sentAt []int64  // Sθ (unsent if never sent)
 	since  []uint32 // Sσ
 	zone   []uint8  // K, as the index of the zone
-	sent   []V      // the value sent, for Sν
+	sent   []T      // the value sent, for Sν
 
 	sends, drops []ObjectID
 }
@@ -106,7 +106,7 @@ type view[V any] struct {
 // the zero value; every view is due every object in its first round (the
 // setup phase's transfer [S §4.1]). diff may be nil only if no vector
 // bounds the value.
-func New[C Coord, V any](cfg Config[C], diff func(sent, current V) float64) (*CMB[C, V], error) {
+func New[C Coord, T any](cfg Config[C], diff func(sent, current T) float64) (*CMB[C, T], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("vfc: %w", err)
 	}
@@ -119,14 +119,14 @@ func New[C Coord, V any](cfg Config[C], diff func(sent, current V) float64) (*CM
 			}
 		}
 	}
-	m := &CMB[C, V]{
+	m := &CMB[C, T]{
 		literal:    cfg.Literal,
 		diff:       diff,
 		maxObjects: cfg.maxObjects(),
 		maxViews:   cfg.maxViews(),
 		sets:       make([]objectSet, len(cfg.Sets)),
 		pos:        make([]Point[C], cfg.Objects),
-		val:        make([]V, cfg.Objects),
+		val:        make([]T, cfg.Objects),
 		setOf:      make([]uint16, cfg.Objects),
 		state:      make([]objectState, cfg.Objects),
 		member:     make([]int32, cfg.Objects),
@@ -157,18 +157,18 @@ func New[C Coord, V any](cfg Config[C], diff func(sent, current V) float64) (*CM
 	return m, nil
 }
 
-func (m *CMB[C, V]) live(o ObjectID) bool {
+func (m *CMB[C, T]) live(o ObjectID) bool {
 	return o >= 0 && int(o) < len(m.state) && m.state[o] == slotLive
 }
 
-func (m *CMB[C, V]) viewOf(v ViewID) (*view[V], error) {
+func (m *CMB[C, T]) viewOf(v ViewID) (*view[T], error) {
 	if v < 0 || int(v) >= len(m.views) || m.views[v] == nil {
 		return nil, fmt.Errorf("vfc: no view %d", v)
 	}
 	return m.views[v], nil
 }
 
-func (m *CMB[C, V]) markMoved(o ObjectID) {
+func (m *CMB[C, T]) markMoved(o ObjectID) {
 	if !m.moved[o] {
 		m.moved[o] = true
 		m.movedList = append(m.movedList, o)
@@ -178,7 +178,7 @@ func (m *CMB[C, V]) markMoved(o ObjectID) {
 // exceeds is the value test of figure 9 line 7: the paper's signed
 // ν(u) − Sν ≥ κν in Literal mode, else |valueDiff| ≥ κν; a NaN difference
 // counts as exceeding, so a broken diff sends too much rather than nothing.
-func (m *CMB[C, V]) exceeds(d, limit float64) bool {
+func (m *CMB[C, T]) exceeds(d, limit float64) bool {
 	if m.literal {
 		return d >= limit
 	}
@@ -189,7 +189,7 @@ func (m *CMB[C, V]) exceeds(d, limit float64) bool {
 // v and now stands at at. Every view whose copy is not already dirty counts
 // one more missed update and becomes dirty if that reaches its sequence
 // bound or the value moved past its value bound.
-func (m *CMB[C, V]) Update(o ObjectID, at Point[C], v V) error {
+func (m *CMB[C, T]) Update(o ObjectID, at Point[C], v T) error {
 	if !m.live(o) {
 		return fmt.Errorf("vfc: update of unknown object %d", o)
 	}
@@ -226,7 +226,7 @@ func (m *CMB[C, V]) Update(o ObjectID, at Point[C], v V) error {
 // recomputes the zones that may have changed, then lists the objects due:
 // dirty, or stale for as long as the time bound of their zone. Sends and
 // Drops return the result until the next Round.
-func (m *CMB[C, V]) Round(now time.Duration) error {
+func (m *CMB[C, T]) Round(now time.Duration) error {
 	t := int64(now)
 	if t < 0 {
 		return fmt.Errorf("vfc: round at %v: time must not be negative", now)
@@ -269,7 +269,7 @@ func (m *CMB[C, V]) Round(now time.Duration) error {
 
 // send moves every due copy into the view's sends and resets its state
 // (figure 9 lines 7-10).
-func (m *CMB[C, V]) send(w *view[V], t int64) {
+func (m *CMB[C, T]) send(w *view[T], t int64) {
 	sends := w.sends[:0]
 	due := w.due
 	sentAt, since, sent, val := w.sentAt[:len(due)], w.since[:len(due)], w.sent[:len(due)], m.val[:len(due)]
@@ -295,7 +295,7 @@ func (m *CMB[C, V]) send(w *view[V], t int64) {
 
 // rezone recomputes zones (figure 9 lines 11-18): every member of a set
 // whose pivots moved or changed, else only the objects that moved.
-func (m *CMB[C, V]) rezone(w *view[V]) {
+func (m *CMB[C, T]) rezone(w *view[T]) {
 	for s := range m.sets {
 		if w.rezone[s] {
 			continue
@@ -350,7 +350,7 @@ func (m *CMB[C, V]) rezone(w *view[V]) {
 
 // zoneOf is the zone of object o for the closest of pivots; with no pivot
 // every object is in the outermost zone.
-func (m *CMB[C, V]) zoneOf(s *objectSet, pivots []ObjectID, o ObjectID) uint8 {
+func (m *CMB[C, T]) zoneOf(s *objectSet, pivots []ObjectID, o ObjectID) uint8 {
 	q := m.pos[o]
 	best := uint64(math.MaxUint64)
 	for _, pv := range pivots {
@@ -377,7 +377,7 @@ func Chebyshev[C Coord](a, b Point[C]) uint64 {
 
 // setZone moves o into a new zone z of w and judges the copy again
 // against the new zone's vector.
-func (m *CMB[C, V]) setZone(w *view[V], s *objectSet, o ObjectID, z uint8) {
+func (m *CMB[C, T]) setZone(w *view[T], s *objectSet, o ObjectID, z uint8) {
 	w.zone[o] = z
 	d := w.due[o]
 	if d == dirty || w.sentAt[o] == unsent {
@@ -404,7 +404,7 @@ func (m *CMB[C, V]) setZone(w *view[V], s *objectSet, o ObjectID, z uint8) {
 // Sends returns the objects view v must be sent this round, in ID order;
 // the caller reads their values with Value. The slice is reused by the
 // next Round.
-func (m *CMB[C, V]) Sends(v ViewID) []ObjectID {
+func (m *CMB[C, T]) Sends(v ViewID) []ObjectID {
 	w, err := m.viewOf(v)
 	if err != nil {
 		return nil
@@ -414,7 +414,7 @@ func (m *CMB[C, V]) Sends(v ViewID) []ObjectID {
 
 // Drops returns the objects removed since the previous round that view v
 // had a copy of. The slice is reused by the next Round.
-func (m *CMB[C, V]) Drops(v ViewID) []ObjectID {
+func (m *CMB[C, T]) Drops(v ViewID) []ObjectID {
 	w, err := m.viewOf(v)
 	if err != nil {
 		return nil
@@ -425,7 +425,7 @@ func (m *CMB[C, V]) Drops(v ViewID) []ObjectID {
 // AddObject puts a new object into set at position at with value v and
 // returns its ID (a freed ID may be reused). Every view is due it in the
 // next round.
-func (m *CMB[C, V]) AddObject(set int, at Point[C], v V) (ObjectID, error) {
+func (m *CMB[C, T]) AddObject(set int, at Point[C], v T) (ObjectID, error) {
 	if set < 0 || set >= len(m.sets) {
 		return 0, fmt.Errorf("vfc: add object to set %d: there are %d sets", set, len(m.sets))
 	}
@@ -439,7 +439,7 @@ func (m *CMB[C, V]) AddObject(set int, at Point[C], v V) (ObjectID, error) {
 	} else {
 		o = ObjectID(len(m.pos))
 		m.pos = append(m.pos, Point[C]{})
-		m.val = append(m.val, *new(V))
+		m.val = append(m.val, *new(T))
 		m.setOf = append(m.setOf, 0)
 		m.state = append(m.state, slotFree)
 		m.member = append(m.member, 0)
@@ -464,17 +464,17 @@ func (m *CMB[C, V]) AddObject(set int, at Point[C], v V) (ObjectID, error) {
 	return o, nil
 }
 
-func (w *view[V]) grow() {
+func (w *view[T]) grow() {
 	w.due = append(w.due, never)
 	w.sentAt = append(w.sentAt, unsent)
 	w.since = append(w.since, 0)
 	w.zone = append(w.zone, 0)
-	w.sent = append(w.sent, *new(V))
+	w.sent = append(w.sent, *new(T))
 }
 
 // RemoveObject takes o out of the pool. Views that had a copy find it in
 // Drops after the next round; pivots on o are dropped from their views.
-func (m *CMB[C, V]) RemoveObject(o ObjectID) error {
+func (m *CMB[C, T]) RemoveObject(o ObjectID) error {
 	if !m.live(o) {
 		return fmt.Errorf("vfc: remove unknown object %d", o)
 	}
@@ -492,8 +492,8 @@ func (m *CMB[C, V]) RemoveObject(o ObjectID) error {
 		}
 		w.due[o] = never
 		for si, ps := range w.pivots {
-			if j := slices.Index(ps, o); j >= 0 {
-				w.pivots[si] = slices.Delete(ps, j, j+1)
+			if slices.Contains(ps, o) {
+				w.pivots[si] = slices.DeleteFunc(ps, func(p ObjectID) bool { return p == o })
 				w.rezone[si] = true
 			}
 		}
@@ -501,8 +501,8 @@ func (m *CMB[C, V]) RemoveObject(o ObjectID) error {
 	return nil
 }
 
-func (m *CMB[C, V]) freeSlot(o ObjectID) {
-	var zero V
+func (m *CMB[C, T]) freeSlot(o ObjectID) {
+	var zero T
 	m.state[o] = slotFree
 	m.val[o] = zero
 	for _, w := range m.views {
@@ -514,7 +514,7 @@ func (m *CMB[C, V]) freeSlot(o ObjectID) {
 }
 
 // AddView adds a client's view. It is due every object in the next round.
-func (m *CMB[C, V]) AddView(vc ViewConfig) (ViewID, error) {
+func (m *CMB[C, T]) AddView(vc ViewConfig) (ViewID, error) {
 	nviews := len(m.views) - len(m.freeViews)
 	if nviews >= m.maxViews {
 		return 0, fmt.Errorf("add view %q: the limit of %d views is reached", vc.Name, m.maxViews)
@@ -523,7 +523,7 @@ func (m *CMB[C, V]) AddView(vc ViewConfig) (ViewID, error) {
 		return 0, fmt.Errorf("add view: %w", errors.Join(errs...))
 	}
 	n := len(m.pos)
-	w := &view[V]{
+	w := &view[T]{
 		name:   vc.Name,
 		pivots: make([][]ObjectID, len(m.sets)),
 		rezone: make([]bool, len(m.sets)),
@@ -531,7 +531,7 @@ func (m *CMB[C, V]) AddView(vc ViewConfig) (ViewID, error) {
 		sentAt: make([]int64, n),
 		since:  make([]uint32, n),
 		zone:   make([]uint8, n),
-		sent:   make([]V, n),
+		sent:   make([]T, n),
 	}
 	for s := range m.sets {
 		w.pivots[s] = slices.Clone(vc.pivotsOf(s))
@@ -556,7 +556,7 @@ func (m *CMB[C, V]) AddView(vc ViewConfig) (ViewID, error) {
 }
 
 // RemoveView forgets view v; its ID may be reused.
-func (m *CMB[C, V]) RemoveView(v ViewID) error {
+func (m *CMB[C, T]) RemoveView(v ViewID) error {
 	if _, err := m.viewOf(v); err != nil {
 		return fmt.Errorf("remove view: %w", err)
 	}
@@ -567,7 +567,7 @@ func (m *CMB[C, V]) RemoveView(v ViewID) error {
 
 // SetPivots replaces view v's pivots for one set, or for every set with
 // AllSets. Zones are recomputed in the next round.
-func (m *CMB[C, V]) SetPivots(v ViewID, set int, pivots ...ObjectID) error {
+func (m *CMB[C, T]) SetPivots(v ViewID, set int, pivots ...ObjectID) error {
 	w, err := m.viewOf(v)
 	if err != nil {
 		return fmt.Errorf("set pivots: %w", err)
@@ -599,7 +599,7 @@ type Copy struct {
 }
 
 // Copy returns view v's state for object o.
-func (m *CMB[C, V]) Copy(v ViewID, o ObjectID) (Copy, bool) {
+func (m *CMB[C, T]) Copy(v ViewID, o ObjectID) (Copy, bool) {
 	w, err := m.viewOf(v)
 	if err != nil || !m.live(o) {
 		return Copy{}, false
@@ -612,26 +612,26 @@ func (m *CMB[C, V]) Copy(v ViewID, o ObjectID) (Copy, bool) {
 }
 
 // SentValue is the value view v was last sent of object o.
-func (m *CMB[C, V]) SentValue(v ViewID, o ObjectID) (V, bool) {
+func (m *CMB[C, T]) SentValue(v ViewID, o ObjectID) (T, bool) {
 	w, err := m.viewOf(v)
 	if err != nil || !m.live(o) || w.sentAt[o] == unsent {
-		var zero V
+		var zero T
 		return zero, false
 	}
 	return w.sent[o], true
 }
 
 // Value is the primary copy of object o.
-func (m *CMB[C, V]) Value(o ObjectID) V {
+func (m *CMB[C, T]) Value(o ObjectID) T {
 	if !m.live(o) {
-		var zero V
+		var zero T
 		return zero
 	}
 	return m.val[o]
 }
 
 // Position is where object o stands.
-func (m *CMB[C, V]) Position(o ObjectID) Point[C] {
+func (m *CMB[C, T]) Position(o ObjectID) Point[C] {
 	if !m.live(o) {
 		return Point[C]{}
 	}
@@ -639,7 +639,7 @@ func (m *CMB[C, V]) Position(o ObjectID) Point[C] {
 }
 
 // SetOf is the index of the set holding o, or -1.
-func (m *CMB[C, V]) SetOf(o ObjectID) int {
+func (m *CMB[C, T]) SetOf(o ObjectID) int {
 	if !m.live(o) {
 		return -1
 	}
@@ -647,13 +647,13 @@ func (m *CMB[C, V]) SetOf(o ObjectID) int {
 }
 
 // Live reports whether o is in the pool.
-func (m *CMB[C, V]) Live(o ObjectID) bool { return m.live(o) }
+func (m *CMB[C, T]) Live(o ObjectID) bool { return m.live(o) }
 
 // Slots is one past the highest object ID in use so far.
-func (m *CMB[C, V]) Slots() int { return len(m.pos) }
+func (m *CMB[C, T]) Slots() int { return len(m.pos) }
 
 // Views lists the views in ID order.
-func (m *CMB[C, V]) Views() []ViewID {
+func (m *CMB[C, T]) Views() []ViewID {
 	var out []ViewID
 	for i, w := range m.views {
 		if w != nil {
@@ -664,14 +664,14 @@ func (m *CMB[C, V]) Views() []ViewID {
 }
 
 // Zones is the number of zones of set s.
-func (m *CMB[C, V]) Zones(s int) int { return len(m.sets[s].bounds) }
+func (m *CMB[C, T]) Zones(s int) int { return len(m.sets[s].bounds) }
 
 // Bound is the consistency vector of zone z (from 0) of set s.
-func (m *CMB[C, V]) Bound(s, z int) Vector { return m.sets[s].bounds[z].vector }
+func (m *CMB[C, T]) Bound(s, z int) Vector { return m.sets[s].bounds[z].vector }
 
 // ZoneOf is the zone object o would be in for view v at the current
 // positions (Copy reports the zone the CMB last computed).
-func (m *CMB[C, V]) ZoneOf(v ViewID, o ObjectID) (int, bool) {
+func (m *CMB[C, T]) ZoneOf(v ViewID, o ObjectID) (int, bool) {
 	w, err := m.viewOf(v)
 	if err != nil || !m.live(o) {
 		return 0, false

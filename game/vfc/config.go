@@ -21,8 +21,9 @@ type ObjectID int32
 // ViewID names a view (one client's replica of the world).
 type ViewID int32
 
-// Default limits; memory grows as views × objects × (about 30 bytes plus
-// the size of a value).
+// Default limits. Memory grows as views × objects × (21 bytes plus the
+// size of a value): a view keeps a due time, a send time, a count, a zone
+// and the value sent for every object.
 const (
 	DefaultMaxObjects = 1 << 20
 	DefaultMaxViews   = 1 << 12

@@ -213,7 +213,6 @@ type Filter struct {
 	seen     []bool          // per CMB ID: player present this frame
 	gone     map[vfc.ObjectID]game.PlayerID
 	frames   int
-	lastTick uint64
 }
 
 // New builds a filter for world w with settings s, registering the
@@ -245,7 +244,6 @@ func New(w *game.World, s Settings) (*Filter, error) {
 // added, changed ones written, players that left removed.
 func (f *Filter) observe(w *game.World) error {
 	tick := w.Tick()
-	f.lastTick = tick
 	clear(f.seen)
 	for _, p := range w.Players() {
 		st := playerState(tick, p)
@@ -342,7 +340,8 @@ func (f *Filter) Frame(w *game.World) error {
 
 // AddClient gives player id's client a view centred on its avatar; the
 // avatar must be in the world the filter saw last. Its first frame sends
-// everything.
+// everything. Should the avatar leave the world, the view goes on without
+// a pivot (everything in the outermost zone) until RemoveClient.
 func (f *Filter) AddClient(id game.PlayerID) error {
 	if _, ok := f.clients[id]; ok {
 		return fmt.Errorf("vfcworld: client %s already has a view", id)
