@@ -594,7 +594,8 @@ func (a *actor) fight(ctx context.Context) {
 	attacker, defender := game.PlayerID(a.self.String()), game.PlayerID(target.String())
 	// The defender's state as last seen: bots publish no cards, so the
 	// attacker assumes a fresh player, as game/play does without a card.
-	msg := play.NewAttack(attacker, defender, counter, me, game.Fighter{Skill: 10, Health: game.MaxHealth})
+	fresh := game.Fighter{Skill: 10, Health: game.MaxHealth}
+	msg := play.NewAttack(attacker, defender, counter, me, fresh)
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	out, err := play.SendAttack(fctx, a.p.host, target, msg)
 	cancel()
@@ -609,7 +610,7 @@ func (a *actor) fight(ctx context.Context) {
 		a.stats.count("fight", "refused: "+out.Refusal)
 		return
 	}
-	rec := play.SettleAttack(attacker, defender, counter, me, out)
+	rec := play.SettleAttack(attacker, defender, counter, me, fresh, out)
 	a.mu.Lock()
 	if rec.Mine.AttackerDamage > 0 && a.health > 0 {
 		a.health -= rec.Mine.AttackerDamage
@@ -672,7 +673,9 @@ func (a *actor) handleFight(s network.Stream) {
 		return
 	}
 	a.attackers[from] = attackSeen{counter: att.Counter, at: now}
-	out, rec := play.DefendAttack(game.PlayerID(from.String()), game.PlayerID(a.self.String()), att, game.Fighter{Skill: a.skill, Health: a.health})
+	// Bots publish no cards: the attacker is taken for a fresh player.
+	out, rec := play.DefendAttack(game.PlayerID(from.String()), game.PlayerID(a.self.String()), att,
+		game.Fighter{Skill: 10, Health: game.MaxHealth}, game.Fighter{Skill: a.skill, Health: a.health})
 	if rec.Mine.Hit {
 		a.health -= rec.Mine.DefenderDamage
 		if a.health <= 0 {
