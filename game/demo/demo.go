@@ -393,6 +393,9 @@ func loadPasswordKey(dir string) ([]byte, error) {
 	if _, err := rand.Read(b); err != nil {
 		return nil, fmt.Errorf("demo: password key: %w", err)
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("demo: password key: %w", err)
+	}
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return nil, fmt.Errorf("demo: password key: %w", err)
 	}

@@ -300,6 +300,7 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 	pcfg.RegionUnits = cfg.Game.RegionUnits()
 	pcfg.Interval = cfg.PositionInterval
 	pcfg.Expire = max(pcfg.Expire, 4*cfg.PositionInterval)
+	pcfg.MaxDelay = max(pcfg.MaxDelay, 2*cfg.PositionInterval)
 	pcfg.Rendezvous = max(pcfg.Rendezvous, cfg.PositionInterval)
 	pcfg.MaxSpeed = cfg.Game.MaxSpeed * int32(cfg.Game.TickRate)
 	pcfg.SpeedTolerance = max(pcfg.SpeedTolerance, cfg.Game.MaxSpeed*2)
