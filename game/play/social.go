@@ -31,8 +31,9 @@ import (
 // that the name it gives is the account's the token names; a card's skill
 // rises by one at most, and not faster than minSkillRise. Anything else
 // is rejected, which penalises the forwarding peer in gossipsub. Each
-// author may have chatRate messages a second accepted per topic (bursts of
-// chatBurst); more are dropped unforwarded.
+// author may have one message per chatEvery accepted per topic (bursts of
+// chatBurst); more are dropped unforwarded. Without an account the names
+// are what players claim: nothing binds them.
 //
 // With an account, every name shown and every whisper target is the name
 // on a player's token, never the name a message claims: a peer cannot
@@ -165,7 +166,13 @@ func (p *Peer) validator(rc game.RegionCoord) pubsub.ValidatorEx {
 			if s.GetCard() != nil {
 				claimed = s.GetCard().GetName()
 			}
-			if name, ok := p.verifiedName(from); !ok || !strings.EqualFold(name, claimed) {
+			name, ok := p.verifiedName(from)
+			if !ok {
+				// The token expired since Wait: as if still pending.
+				p.metrics.chatRejected.WithLabelValues("token_pending").Inc()
+				return pubsub.ValidationIgnore
+			}
+			if !strings.EqualFold(name, claimed) {
 				p.metrics.chatRejected.WithLabelValues("name_mismatch").Inc()
 				p.log.Debug("chat message under another name", "from", from, "claims", claimed, "token", name)
 				return pubsub.ValidationReject

@@ -140,10 +140,6 @@ func fighterOf(f game.Fighter) *playpb.Fighter {
 	return &playpb.Fighter{Skill: f.Skill, Health: f.Health}
 }
 
-func fighterFrom(f *playpb.Fighter) game.Fighter {
-	return game.Fighter{Skill: f.Skill, Health: f.Health}
-}
-
 func checkRegion(x, y int32, cfg game.Config) error {
 	if x < 0 || y < 0 || int(x) >= cfg.RegionsX || int(y) >= cfg.RegionsY {
 		return fmt.Errorf("region %d,%d outside the %dx%d world", x, y, cfg.RegionsX, cfg.RegionsY)
