@@ -35,7 +35,7 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		dataDir := fs.String("data-dir", defaultDataDir("play"), "directory for the identity key")
 		port := fs.Int("listen-port", 0, "TCP and UDP (QUIC) port on every interface (0: any)")
 		listen := fs.String("listen", "", "comma-separated listen multiaddrs (overrides -listen-port)")
-		httpAddr := fs.String("http", "127.0.0.1:8080", "address of the web page (loopback)")
+		httpAddr := fs.String("http", "127.0.0.1:8080", "address of the web page; any but a loopback one gets a per-run secret in the page's address")
 		name := fs.String("name", "", "display name (default: the account name, else one made from the peer ID)")
 		world := fs.String("world", "default", "world name")
 		size := fs.String("world-size", "8x8", "world size in regions, WxH")
@@ -105,7 +105,13 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		if err != nil {
 			return err
 		}
-		srv, err := webui.NewServer(p, webui.Options{Logger: log})
+		// Where others can reach the page, a per-run secret in its address
+		// keeps them from driving the player.
+		var secret string
+		if webui.NeedsSecret(*httpAddr) {
+			secret = webui.NewSecret()
+		}
+		srv, err := webui.NewServer(p, webui.Options{Logger: log, Secret: secret, Registerer: reg})
 		if err != nil {
 			p.Close()
 			return err
@@ -114,7 +120,7 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		served := make(chan error, 1)
 		go func() { served <- srv.Serve(serveCtx, ln) }()
 		fmt.Fprintf(out, "player %s (%s) joining through %d bootstrap node(s)\n", p.Name(), n.ID(), len(boot))
-		fmt.Fprintf(out, "open http://%s in your browser (Ctrl-C stops)\n", ln.Addr())
+		fmt.Fprintf(out, "open %s in your browser (Ctrl-C stops)\n", webui.PageURL(ln.Addr(), secret))
 		ops.setReady(true)
 		err = p.Run(ctx) // returns when ctx ends, after saving the character
 		stopServe()

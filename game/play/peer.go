@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +34,8 @@ type Config struct {
 	// Game is the world's shape and rules; zero means game.DefaultConfig().
 	Game game.Config
 	// Name is the player's display name. Default: the account name, else
-	// "player-" and the end of the peer ID.
+	// "player-" and the end of the peer ID. With an Account it must be the
+	// account's name (other players show the name on the login token).
 	Name string
 	// Bot drives the player with game.Bot instead of a browser's input,
 	// seeded with BotSeed, at BotPace (zero: game.DefaultBotPace()).
@@ -85,6 +87,9 @@ func (c *Config) fill(n *node.Node) error {
 	}
 	if err := c.Game.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Account != nil && c.Name != "" && !strings.EqualFold(c.Name, c.Account.User) {
+		errs = append(errs, fmt.Errorf("name %q with account %q: a logged-in player is shown by its account's name", c.Name, c.Account.User))
 	}
 	if c.Name == "" {
 		switch {
@@ -153,8 +158,12 @@ type Peer struct {
 	acct    *accounts.Client
 	guard   *guard.Guard     // with an account: leases and tokens for regions
 	admit   *guard.Admission // with an account: token check of topic authors
-	httpc   *http.Client     // the account server's
-	metrics *metrics
+	// chatLimit bounds each author's rate on each chat topic; limitMu
+	// guards it (the validators run concurrently).
+	limitMu   sync.Mutex
+	chatLimit *position.AuthorLimiter
+	httpc     *http.Client // the account server's
+	metrics   *metrics
 
 	// ctx ends when Run returns (or Close is called); it bounds every
 	// goroutine the peer spawns, which wg tracks.
@@ -163,6 +172,11 @@ type Peer struct {
 	wg     sync.WaitGroup
 	closed sync.Once
 	ran    chan struct{} // closed when Run has finished its shutdown
+
+	// saveMu serializes saves; unacked are the saves since the last
+	// answered one that got no answer (any may have been stored).
+	saveMu  sync.Mutex
+	unacked []accounts.Character
 
 	mu        sync.Mutex
 	av        *Avatar
@@ -181,6 +195,7 @@ type Peer struct {
 	regrowing map[game.ObjectID]bool
 	attackers map[peer.ID]attackSeen
 	fights    []FightRecord
+	rule      fightRule // game.FightOutcome; tests give a peer another
 	latency   time.Duration
 	cardSeq   uint64
 	lastCard  cardState
@@ -202,6 +217,9 @@ type other struct {
 // maxMessages is how many recent messages the peer keeps for pages.
 const maxMessages = 64
 
+// maxChatAuthors bounds the chat rate limiter's table.
+const maxChatAuthors = 4096
+
 // New builds the player's runtime on n: the region service and the
 // position service, the fight and whisper protocols, and (with an Account)
 // the login and the saved character. Run starts it.
@@ -218,6 +236,7 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 		rs: map[game.RegionCoord]*regionState{}, topics: map[game.RegionCoord]*chatTopic{},
 		cards: map[peer.ID]*cardEntry{}, smoothers: map[peer.ID]*game.Smoother{},
 		regrowing: map[game.ObjectID]bool{}, attackers: map[peer.ID]attackSeen{},
+		rule: game.FightOutcome, chatLimit: position.NewAuthorLimiter(chatEvery, chatBurst, maxChatAuthors),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -281,6 +300,7 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 	pcfg.RegionUnits = cfg.Game.RegionUnits()
 	pcfg.Interval = cfg.PositionInterval
 	pcfg.Expire = max(pcfg.Expire, 4*cfg.PositionInterval)
+	pcfg.MaxDelay = max(pcfg.MaxDelay, 2*cfg.PositionInterval)
 	pcfg.Rendezvous = max(pcfg.Rendezvous, cfg.PositionInterval)
 	pcfg.MaxSpeed = cfg.Game.MaxSpeed * int32(cfg.Game.TickRate)
 	pcfg.SpeedTolerance = max(pcfg.SpeedTolerance, cfg.Game.MaxSpeed*2)
@@ -370,10 +390,7 @@ func (p *Peer) Run(ctx context.Context) error {
 			if p.acct != nil {
 				// Generous: a whole demo saving at once queues on the
 				// account store's single writer.
-				saveCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-				err := p.save(saveCtx)
-				cancel()
-				if err != nil {
+				if err := p.saveOnExit(30 * time.Second); err != nil {
 					p.log.Warn("saving the character on exit failed", "err", err)
 				} else {
 					p.log.Info("character saved")
