@@ -44,7 +44,7 @@ type fxCmd struct {
 	Arg    int64
 }
 
-func (c fxCmd) At() int64                      { return c.Stamp }
+func (c fxCmd) At() int64                        { return c.Stamp }
 func (c fxCmd) Key() (mirror uint32, seq uint64) { return c.Mirror, c.Seq }
 
 func compareFx(a, b fxCmd) int {

@@ -19,68 +19,66 @@ func FuzzStep(f *testing.F) {
 }
 
 func runFuzzStep(t *testing.T, data []byte) {
-	{
-		const maxPending = 16
-		cfg := Config{
-			TickPeriod: 10 * time.Millisecond,
-			Delays:     []time.Duration{0, 30 * time.Millisecond, 70 * time.Millisecond},
-			MaxPending: maxPending,
-			MaxSkew:    5 * time.Millisecond,
-			History:    300 * time.Millisecond,
+	const maxPending = 16
+	cfg := Config{
+		TickPeriod: 10 * time.Millisecond,
+		Delays:     []time.Duration{0, 30 * time.Millisecond, 70 * time.Millisecond},
+		MaxPending: maxPending,
+		MaxSkew:    5 * time.Millisecond,
+		History:    300 * time.Millisecond,
+	}
+	s, err := newFxSync(cfg, Options[fxCmd]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() byte {
+		if len(data) == 0 {
+			return 0
 		}
-		s, err := newFxSync(cfg, Options[fxCmd]{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		next := func() byte {
-			if len(data) == 0 {
-				return 0
+		b := data[0]
+		data = data[1:]
+		return b
+	}
+	now := int64(0)
+	var accepted []fxCmd
+	var checkpoints []Checkpoint
+	collect := func(r Ready) { checkpoints = append(checkpoints, r.Checkpoints...) }
+	for len(data) > 0 {
+		switch next() % 4 {
+		case 0, 1: // deliver
+			c := fxCmd{
+				Stamp:  now + (int64(next())-200)*int64(time.Millisecond),
+				Mirror: uint32(next() % 3),
+				Seq:    uint64(next() % 8),
+				Player: next() % fxPlayers,
+				Op:     fxOp(1 + next()%3),
+				Arg:    int64(int8(next())),
 			}
-			b := data[0]
-			data = data[1:]
-			return b
-		}
-		now := int64(0)
-		var accepted []fxCmd
-		var checkpoints []Checkpoint
-		collect := func(r Ready) { checkpoints = append(checkpoints, r.Checkpoints...) }
-		for len(data) > 0 {
-			switch next() % 4 {
-			case 0, 1: // deliver
-				c := fxCmd{
-					Stamp:  now + (int64(next())-200)*int64(time.Millisecond),
-					Mirror: uint32(next() % 3),
-					Seq:    uint64(next() % 8),
-					Player: next() % fxPlayers,
-					Op:     fxOp(1 + next()%3),
-					Arg:    int64(int8(next())),
-				}
-				if s.Deliver(c, now) == Accepted {
-					accepted = append(accepted, c)
-				}
-			case 2: // time passes
-				now += int64(next()) * int64(time.Millisecond)
-				collect(s.Tick(now))
-			case 3: // new delays: one to four states, increasing, within History
-				n := 1 + int(next()%4)
-				d := []time.Duration{time.Duration(next()%20) * time.Millisecond}
-				for len(d) < n {
-					d = append(d, d[len(d)-1]+time.Duration(1+next()%90)*time.Millisecond)
-				}
-				err := s.SetDelays(now, d)
-				if (err == nil) != (d[len(d)-1] <= cfg.History) {
-					t.Fatalf("SetDelays(%v) = %v", d, err)
-				}
+			if s.Deliver(c, now) == Accepted {
+				accepted = append(accepted, c)
 			}
-			checkSyncInvariants(t, s, maxPending)
+		case 2: // time passes
+			now += int64(next()) * int64(time.Millisecond)
+			collect(s.Tick(now))
+		case 3: // new delays: one to four states, increasing, within History
+			n := 1 + int(next()%4)
+			d := []time.Duration{time.Duration(next()%20) * time.Millisecond}
+			for len(d) < n {
+				d = append(d, d[len(d)-1]+time.Duration(1+next()%90)*time.Millisecond)
+			}
+			err := s.SetDelays(now, d)
+			if (err == nil) != (d[len(d)-1] <= cfg.History) {
+				t.Fatalf("SetDelays(%v) = %v", d, err)
+			}
 		}
-		collect(s.Tick(now + int64(time.Second)))
 		checkSyncInvariants(t, s, maxPending)
-		ref := fxReference(cfg, accepted, s.Last().Tick())
-		for _, cp := range checkpoints {
-			if cp.Hash != ref[cp.Tick] {
-				t.Fatalf("last state differs from the in-order run at tick %d", cp.Tick)
-			}
+	}
+	collect(s.Tick(now + int64(time.Second)))
+	checkSyncInvariants(t, s, maxPending)
+	ref := fxReference(cfg, accepted, s.Last().Tick())
+	for _, cp := range checkpoints {
+		if cp.Hash != ref[cp.Tick] {
+			t.Fatalf("last state differs from the in-order run at tick %d", cp.Tick)
 		}
 	}
 }
