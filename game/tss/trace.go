@@ -40,7 +40,12 @@ const (
 	TraceVersion   = 1
 	MaxTraceRecord = 64 << 10
 	MaxTraceMeta   = 64 << 10
-	traceMagic     = "OWTSSTRC"
+	// MaxTraceGap bounds the time between two records: a synchronizer that
+	// is given time executes every tick in between, so a corrupt delta of
+	// years must not turn a replay into a very long loop. A running mirror
+	// records a Tick every frame; an hour without one is not a trace.
+	MaxTraceGap = time.Hour
+	traceMagic  = "OWTSSTRC"
 )
 
 // Record kinds of a trace.
@@ -86,7 +91,9 @@ type TraceError struct {
 	Err    error
 }
 
-func (e *TraceError) Error() string { return fmt.Sprintf("trace corrupt at byte %d: %v", e.Offset, e.Err) }
+func (e *TraceError) Error() string {
+	return fmt.Sprintf("trace corrupt at byte %d: %v", e.Offset, e.Err)
+}
 func (e *TraceError) Unwrap() error { return e.Err }
 
 // TraceWriter writes a trace; it is a Tracer, so a synchronizer records
@@ -96,6 +103,7 @@ type TraceWriter[C Command] struct {
 	w      *bufio.Writer
 	encode func(C) ([]byte, error)
 	last   int64
+	seen   bool
 	body   []byte
 	rec    []byte
 	err    error
@@ -205,6 +213,10 @@ func (tw *TraceWriter[C]) appendNow(b []byte, now int64) []byte {
 	if now < tw.last && tw.err == nil {
 		tw.err = fmt.Errorf("trace: time %d before the previous record's %d", now, tw.last)
 	}
+	if tw.seen && now-tw.last > int64(MaxTraceGap) && tw.err == nil {
+		tw.err = fmt.Errorf("trace: %v between two records, more than %v", time.Duration(now-tw.last), MaxTraceGap)
+	}
+	tw.seen = true
 	b = binary.AppendVarint(b, now-tw.last)
 	tw.last = now
 	return b
@@ -246,6 +258,7 @@ type TraceReader[C Command] struct {
 	decode func([]byte) (C, error)
 	off    int64
 	last   int64
+	seen   bool // a timed record was read: deltas are bounded from then on
 	buf    []byte
 }
 
@@ -474,6 +487,9 @@ func (tr *TraceReader[C]) Next() (TraceRecord[C], error) {
 		if f.err == nil && delta < 0 {
 			return fail(fmt.Errorf("time runs backwards by %d ns", -delta))
 		}
+		if f.err == nil && delta > int64(MaxTraceGap) && tr.seen {
+			return fail(fmt.Errorf("time jumps by %v, more than %v", time.Duration(delta), MaxTraceGap))
+		}
 		rec.Now = tr.last + delta
 		if f.err == nil && rec.Now < tr.last {
 			return fail(errors.New("time overflows"))
@@ -498,7 +514,7 @@ func (tr *TraceReader[C]) Next() (TraceRecord[C], error) {
 		return fail(err)
 	}
 	if kind != RecordCheckpoint {
-		tr.last = rec.Now
+		tr.last, tr.seen = rec.Now, true
 	}
 	return rec, nil
 }
