@@ -223,3 +223,71 @@ func TestValidate(t *testing.T) {
 		t.Errorf("defaults rejected: %v", err)
 	}
 }
+
+// fxStateAt is the in-order run of cmds up to tick t: what an authority
+// would transfer.
+func fxStateAt(cfg Config, cmds []fxCmd, t uint64) *fxState {
+	cfg = cfg.WithDefaults()
+	s := newFx()
+	for s.Tick() < t {
+		var batch []fxCmd
+		for _, c := range cmds {
+			if cfg.TickOf(c.Stamp) == s.Tick()+1 {
+				batch = append(batch, c)
+			}
+		}
+		slices.SortFunc(batch, compareFx)
+		s.Advance(batch)
+	}
+	return s
+}
+
+// TestReset: a resync in the middle of a run, from a transferred state
+// older than the last state (commands it already executed are filed
+// again) or newer (pending commands it contains are dropped), leaves the
+// last state equal to the in-order run of every command.
+func TestReset(t *testing.T) {
+	for seed := range uint64(200) {
+		run := randomRun(seed, 1+int(seed%3))
+		s, err := newFxSync(run.cfg, Options[fxCmd]{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all []fxCmd
+		seen := map[commandKey]bool{}
+		for _, d := range run.deliveries {
+			if k := (commandKey{d.cmd.Mirror, d.cmd.Seq}); !seen[k] {
+				seen[k] = true
+				all = append(all, d.cmd)
+			}
+		}
+		half := len(run.deliveries) / 2
+		for i, d := range run.deliveries {
+			if i == half {
+				var at uint64
+				if seed%2 == 0 {
+					at = s.Last().Tick() - min(s.Last().Tick(), 3)
+				} else {
+					at = s.Leading().Tick()
+				}
+				if err := s.Reset(fxStateAt(run.cfg, all, at)); err != nil {
+					t.Fatalf("seed %d: %v", seed, err)
+				}
+				for j := range s.States() {
+					if s.State(j).Tick() != at {
+						t.Fatalf("seed %d: state %d at %d after a reset to %d", seed, j, s.State(j).Tick(), at)
+					}
+				}
+			}
+			s.Deliver(d.cmd, d.at)
+		}
+		s.Tick(run.end)
+		ref := fxReference(run.cfg, all, s.Leading().Tick())
+		if s.Last().Hash() != ref[s.Last().Tick()] {
+			t.Fatalf("seed %d: last state after a reset differs from the in-order run", seed)
+		}
+		if s.Pending() != 0 {
+			t.Fatalf("seed %d: %d pending at the end", seed, s.Pending())
+		}
+	}
+}

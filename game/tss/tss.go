@@ -1,7 +1,6 @@
 package tss
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -126,31 +125,6 @@ type Options[C Command] struct {
 	Metrics *Metrics
 }
 
-// entry is one accepted command with what ordering needs, shared by every
-// state's pending list.
-type entry[C Command] struct {
-	cmd    C
-	at     int64
-	mirror uint32
-	seq    uint64
-	tick   uint64
-}
-
-func compareEntries[C Command](a, b *entry[C]) int {
-	if c := cmp.Compare(a.at, b.at); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.mirror, b.mirror); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.seq, b.seq)
-}
-
-type commandKey struct {
-	mirror uint32
-	seq    uint64
-}
-
 // slot is one tick's record of a state, kept for the comparison by the
 // next trailing state.
 type slot[R any] struct {
@@ -197,16 +171,9 @@ type Synchronizer[S State[S, C, R], C Command, R Record[R]] struct {
 	tracer  Tracer[C]
 	clock   func() time.Duration
 
-	// keys holds the commands accepted and not yet executed by the last
-	// state; retired (a FIFO of at most MaxPending) the latest it executed,
-	// so that a late duplicate is still told apart from a late command and
-	// Reset can file again what a resync state does not contain yet.
-	// evicted is the highest tick of a command that left the FIFO.
-	keys       map[commandKey]struct{}
-	retired    []*entry[C]
-	retiredAt  int
-	retiredSet map[commandKey]struct{}
-	evicted    uint64
+	// intake's pending commands are those the last state has not
+	// executed; they become final when it does.
+	intake[C]
 
 	now       int64
 	started   bool
@@ -227,17 +194,16 @@ func New[S State[S, C, R], C Command, R Record[R]](cfg Config, initial S, alloc 
 		return nil, errors.New("tss: New needs an alloc function")
 	}
 	s := &Synchronizer[S, C, R]{
-		cfg:        cfg,
-		alloc:      alloc,
-		metrics:    opts.Metrics,
-		tracer:     opts.Tracer,
-		clock:      opts.CostClock,
-		keys:       map[commandKey]struct{}{},
-		retiredSet: map[commandKey]struct{}{},
+		cfg:     cfg,
+		alloc:   alloc,
+		metrics: opts.Metrics,
+		tracer:  opts.Tracer,
+		clock:   opts.CostClock,
 	}
 	if s.metrics == nil {
 		s.metrics = &Metrics{}
 	}
+	s.intake = newIntake[C](&s.cfg, s.metrics)
 	for range cfg.Delays {
 		st := alloc()
 		st.CopyFrom(initial)
@@ -286,41 +252,16 @@ func (s *Synchronizer[S, C, R]) Deliver(c C, now int64) Verdict {
 		s.tracer.Deliver(now, c)
 	}
 	s.advance(now, false)
-	at := c.At()
-	mirror, seq := c.Key()
-	key := commandKey{mirror, seq}
-	if at > now && at-now > int64(s.cfg.MaxSkew) {
-		s.metrics.Future.Add(1)
-		return Future
+	e, v := s.admit(c, now, s.Last().Tick())
+	if v != Accepted {
+		return v
 	}
-	if _, dup := s.keys[key]; dup {
-		s.metrics.Duplicates.Add(1)
-		return Duplicate
-	}
-	if _, dup := s.retiredSet[key]; dup {
-		s.metrics.Duplicates.Add(1)
-		return Duplicate
-	}
-	tick := s.cfg.TickOf(at)
-	if tick <= s.Last().Tick() {
-		s.metrics.TooLate.Add(1)
-		return TooLate
-	}
-	if len(s.keys) >= s.cfg.MaxPending {
-		s.metrics.Overflow.Add(1)
-		return Overflow
-	}
-	e := &entry[C]{cmd: c, at: at, mirror: mirror, seq: seq, tick: tick}
-	s.keys[key] = struct{}{}
 	for i, l := range s.lanes {
-		pos, _ := slices.BinarySearchFunc(l.pending, e, compareEntries[C])
-		l.pending = slices.Insert(l.pending, pos, e)
-		if tick <= l.state.Tick() {
+		l.pending = insertEntry(l.pending, e)
+		if e.tick <= l.state.Tick() {
 			s.metrics.outOfOrder[i].Add(1)
 		}
 	}
-	s.metrics.Accepted.Add(1)
-	s.metrics.observeLatency(time.Duration(max(now-at, 0)))
 	return Accepted
 }
 
@@ -478,44 +419,6 @@ func (s *Synchronizer[S, C, R]) rollback(to, from int, t uint64, at int64, why s
 	s.replaying--
 }
 
-// retire forgets the commands the last state executed, keeping the latest
-// in a bounded FIFO.
-func (s *Synchronizer[S, C, R]) retire(done []*entry[C]) {
-	for _, e := range done {
-		delete(s.keys, commandKey{e.mirror, e.seq})
-		s.remember(e)
-	}
-}
-
-func (s *Synchronizer[S, C, R]) remember(e *entry[C]) {
-	if len(s.retired) < s.cfg.MaxPending {
-		s.retired = append(s.retired, e)
-	} else {
-		old := s.retired[s.retiredAt]
-		delete(s.retiredSet, commandKey{old.mirror, old.seq})
-		s.evicted = max(s.evicted, old.tick)
-		s.retired[s.retiredAt] = e
-		s.retiredAt = (s.retiredAt + 1) % len(s.retired)
-	}
-	s.retiredSet[commandKey{e.mirror, e.seq}] = struct{}{}
-}
-
-// rekey makes keys the last state's pending commands again after the
-// chain changed; every other command of all (the commands known before the
-// change) is retired.
-func (s *Synchronizer[S, C, R]) rekey(all []*entry[C]) {
-	keep := make(map[commandKey]struct{}, len(s.keys))
-	for _, e := range s.lanes[len(s.lanes)-1].pending {
-		keep[commandKey{e.mirror, e.seq}] = struct{}{}
-	}
-	for _, e := range all {
-		if _, ok := keep[commandKey{e.mirror, e.seq}]; !ok {
-			s.remember(e)
-		}
-	}
-	s.keys = keep
-}
-
 func (s *Synchronizer[S, C, R]) cost() time.Duration {
 	if s.clock == nil {
 		return 0
@@ -631,7 +534,7 @@ func (s *Synchronizer[S, C, R]) SetDelays(now int64, delays []time.Duration) err
 	s.applyDelays(cfg.Delays)
 	// The last state may now be another, further ahead: retire what it has
 	// executed.
-	s.rekey(known)
+	s.rekey(s.lanes[len(s.lanes)-1].pending, known)
 	s.metrics.Reconfigured.Add(1)
 	return nil
 }
@@ -648,25 +551,10 @@ func (s *Synchronizer[S, C, R]) Reset(state S) error {
 		return fmt.Errorf("tss reset: state at tick %d is older than the retained commands (a command of tick %d is forgotten)", t, s.evicted)
 	}
 	known := slices.Clone(s.lanes[len(s.lanes)-1].pending)
-	var again []*entry[C]
-	for _, e := range known {
-		if e.tick > t {
-			again = append(again, e)
-		}
-	}
-	kept := s.retired[:0]
-	for _, e := range slices.Concat(s.retired[s.retiredAt:], s.retired[:s.retiredAt]) {
-		k := commandKey{e.mirror, e.seq}
-		if e.tick > t {
-			again = append(again, e)
-			known = append(known, e)
-			delete(s.retiredSet, k)
-			continue
-		}
-		kept = append(kept, e)
-	}
-	clear(s.retired[len(kept):])
-	s.retired, s.retiredAt = kept, 0
+	again := slices.DeleteFunc(slices.Clone(known), func(e *entry[C]) bool { return e.tick <= t })
+	back := s.unretire(t)
+	again = append(again, back...)
+	known = append(known, back...)
 	slices.SortFunc(again, compareEntries[C])
 	for _, l := range s.lanes {
 		l.state.CopyFrom(state)
@@ -674,7 +562,7 @@ func (s *Synchronizer[S, C, R]) Reset(state S) error {
 		l.pending = slices.Clone(again)
 		clear(l.ring)
 	}
-	s.rekey(known)
+	s.rekey(again, known)
 	s.metrics.Resets.Add(1)
 	return nil
 }
