@@ -291,3 +291,55 @@ func TestReset(t *testing.T) {
 		}
 	}
 }
+
+// TestRetunedRun: delays changed on the fly by the retuner keep the last
+// state the in-order run of the commands it accepted, and with a zero
+// margin every state converges.
+func TestRetunedRun(t *testing.T) {
+	changes := 0
+	for seed := range uint64(100) {
+		run := randomRun(seed, 1+int(seed%4))
+		run.cfg.WeakMargin = 0
+		run.cfg.History = time.Second
+		s, err := newFxSync(run.cfg, Options[fxCmd]{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		model := DelayModel{TickPeriod: run.cfg.TickPeriod, CommandCost: time.Microsecond, TickCost: time.Microsecond, CopyCost: 10 * time.Microsecond, History: time.Second}
+		r, err := NewRetuner(RetunerConfig{Model: model, Window: 64, MinSamples: 16, Interval: 200 * time.Millisecond, Gain: 0.05, CheckEvery: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var accepted []fxCmd
+		var cps []Checkpoint
+		for _, d := range run.deliveries {
+			if s.Deliver(d.cmd, d.at) == Accepted {
+				accepted = append(accepted, d.cmd)
+				r.Observe(d.at, time.Duration(d.at-d.cmd.Stamp))
+			}
+			if c, ok := r.Propose(d.at, s.Config().Delays); ok {
+				if err := s.SetDelays(d.at, c.Delays); err != nil {
+					t.Fatalf("seed %d: proposal %v: %v", seed, c.Delays, err)
+				}
+				changes++
+			}
+			cps = append(cps, s.Tick(d.at).Checkpoints...)
+		}
+		cps = append(cps, s.Tick(run.end+int64(2*time.Second)).Checkpoints...)
+		ref := fxReference(run.cfg, accepted, s.Leading().Tick())
+		for _, cp := range cps {
+			if cp.Hash != ref[cp.Tick] {
+				t.Fatalf("seed %d: last state off the in-order run at tick %d", seed, cp.Tick)
+			}
+		}
+		for i := range s.States() {
+			if st := s.State(i); st.Hash() != ref[st.Tick()] {
+				t.Fatalf("seed %d: state %d did not converge after retuning to %v", seed, i, s.Config().Delays)
+			}
+		}
+	}
+	if changes == 0 {
+		t.Fatal("the retuner never changed the delays")
+	}
+	t.Logf("%d delay changes", changes)
+}
