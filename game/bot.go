@@ -20,10 +20,11 @@ const botSight = 8 * TileUnits
 
 // BotObserve builds the observation for player id from the world.
 func (w *World) BotObserve(id PlayerID) (BotObservation, bool) {
-	p, ok := w.players[id]
+	i, ok := w.find(id)
 	if !ok {
 		return BotObservation{}, false
 	}
+	p := &w.players[i]
 	obs := BotObservation{Tick: w.tick, Self: *p}
 	if e, ok := w.nearestEntry(p.Pos, ObjectFood, botSight); ok {
 		obs.Food, obs.HasFood = e.Pos, true
@@ -33,9 +34,9 @@ func (w *World) BotObserve(id PlayerID) (BotObservation, bool) {
 	}
 	limit := int64(botSight) * int64(botSight)
 	best := int64(-1)
-	for _, oid := range w.order {
-		o := w.players[oid]
-		if oid == id || !o.Alive {
+	for j := range w.players {
+		o := &w.players[j]
+		if o.ID == id || !o.Alive {
 			continue
 		}
 		if d := DistSq(p.Pos, o.Pos); d <= limit && (best < 0 || d < best) {

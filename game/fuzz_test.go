@@ -62,11 +62,13 @@ func FuzzUnmarshalInput(f *testing.F) {
 	})
 }
 
-// FuzzStep drives a small world with arbitrary input streams and checks the
-// invariants every step must keep: nobody inside a wall, nobody faster than
-// the limit, bars within range.
+// FuzzStep drives a small world with arbitrary command streams (inputs,
+// joins, leaves, respawn requests) and checks the invariants every tick
+// must keep: nobody inside a wall, nobody faster than the limit, bars
+// within range, the roster sorted and without duplicates.
 func FuzzStep(f *testing.F) {
 	f.Add([]byte{127, 0, 1, 0, 127, 7, 200, 3})
+	f.Add([]byte{0, 0, 0x40, 0, 0, 0x20, 127, 0, 1, 0, 0, 0x81, 5, 5, 0x41})
 	f.Fuzz(func(t *testing.T, script []byte) {
 		if len(script) > 4096 {
 			return
@@ -85,18 +87,35 @@ func FuzzStep(f *testing.F) {
 		for i := 0; i+3 <= len(script); i += 3 {
 			id := ids[int(script[i+2])%len(ids)]
 			flags := script[i+2] >> 2
+			cmd := Command{Seq: uint64(i), Op: CommandInput, Player: id, Input: Input{Player: id,
+				MoveX: int8(script[i]), MoveY: int8(script[i+1]),
+				Eat: flags&1 != 0, PickUp: flags&2 != 0, Fight: flags&4 != 0}}
+			switch flags >> 3 {
+			case 1:
+				cmd = Command{Seq: uint64(i), Op: CommandLeave, Player: id}
+			case 2:
+				cmd = Command{Seq: uint64(i), Op: CommandJoin, Player: id, Name: "N",
+					Saved: &Character{Pos: Vec{int32(script[i]) << 8, int32(script[i+1]) << 6}, Health: int32(int8(script[i])), Skill: int32(script[i+1])}}
+			case 3:
+				cmd = Command{Seq: uint64(i), Op: CommandRespawn, Player: id}
+			}
 			before := w.Players()
-			w.Step([]Input{{Player: id, MoveX: int8(script[i]), MoveY: int8(script[i+1]),
-				Eat: flags&1 != 0, PickUp: flags&2 != 0, Fight: flags&4 != 0}})
-			for k, p := range w.Players() {
-				if p.Alive && before[k].Alive && DistSq(p.Pos, before[k].Pos) > limit {
-					t.Fatalf("%s moved too fast", p.ID)
+			w.Advance([]Command{cmd})
+			now := w.Players()
+			for k, p := range now {
+				if k > 0 && now[k-1].ID >= p.ID {
+					t.Fatalf("roster out of order: %v", now)
 				}
 				if p.Alive && !w.boxFree(p.Pos) {
 					t.Fatalf("%s inside a wall", p.ID)
 				}
-				if p.Health < 0 || p.Health > MaxHealth || p.Hunger < 0 || p.Hunger > MaxHunger {
+				if p.Health < 0 || p.Health > MaxHealth || p.Hunger < 0 || p.Hunger > MaxHunger || p.Skill < 1 || p.Skill > MaxSkill {
 					t.Fatalf("%s bars out of range: %+v", p.ID, p)
+				}
+				for _, q := range before {
+					if q.ID == p.ID && q.Alive && p.Alive && DistSq(p.Pos, q.Pos) > limit {
+						t.Fatalf("%s moved too fast", p.ID)
+					}
 				}
 			}
 		}

@@ -8,17 +8,27 @@ import (
 // StateHash condenses the whole mutable state (tick, players, objects) and
 // the config into a SHA-256 digest over a canonical encoding: fixed field
 // order, big-endian integers, length-prefixed strings, players sorted by ID
-// and objects by region and slot. Equal hashes mean equal states; mirrors
-// and replays compare them to prove they agree.
+// and objects by region and slot. Each region's objects enter as the
+// SHA-256 digest of their own encoding, which the region's page caches
+// until it changes, so hashing costs the players plus the regions whose
+// objects changed. Equal hashes mean equal states; mirrors and replays
+// compare them to prove they agree.
 func (w *World) StateHash() [32]byte {
 	h := sha256.New()
-	var b []byte
+	b := make([]byte, 0, 8<<10)
 	u64 := func(v uint64) { b = binary.BigEndian.AppendUint64(b, v) }
 	i32 := func(v int32) { b = binary.BigEndian.AppendUint32(b, uint32(v)) }
 	str := func(s string) { u64(uint64(len(s))); b = append(b, s...) }
-	flush := func() { h.Write(b); b = b[:0] }
+	// The digest does not depend on how the stream is cut into writes;
+	// writing in large pieces is just faster.
+	flush := func() {
+		if len(b) >= 7<<10 {
+			h.Write(b)
+			b = b[:0]
+		}
+	}
 
-	str("overworld/world-state/v1")
+	str("overworld/world-state/v3")
 	c := w.cfg
 	u64(c.Seed)
 	for _, v := range []int{c.RegionsX, c.RegionsY, c.RegionTiles, c.TickRate, c.FoodPerRegion, c.HealthPacksPerRegion} {
@@ -31,9 +41,9 @@ func (w *World) StateHash() [32]byte {
 		u64(v)
 	}
 	u64(w.tick)
-	u64(uint64(len(w.order)))
-	for _, id := range w.order {
-		p := w.players[id]
+	u64(uint64(len(w.players)))
+	for i := range w.players {
+		p := &w.players[i]
 		str(string(p.ID))
 		str(p.Name)
 		i32(p.Pos.X)
@@ -50,24 +60,47 @@ func (w *World) StateHash() [32]byte {
 		}
 		u64(alive)
 		u64(p.RespawnAt)
+		home := uint64(0)
+		if p.RespawnHome {
+			home = 1
+		}
+		u64(home)
 		u64(uint64(p.Deaths))
 		u64(p.FightCounter)
 		u64(p.EatReadyAt)
 		u64(p.FightReadyAt)
 		flush()
 	}
-	u64(uint64(len(w.objects.entries)))
-	for _, e := range w.objects.entries {
-		id, v := e.id, e.v
-		u64(uint64(id.Region.X))
-		u64(uint64(id.Region.Y))
-		u64(uint64(id.Slot))
-		u64(v.Version)
-		b = v.Object.appendBinary(b)
+	u64(uint64(len(w.objects.pages)))
+	for _, page := range w.objects.pages {
+		u64(uint64(page.region.X))
+		u64(uint64(page.region.Y))
+		u64(uint64(len(page.entries)))
+		d := page.sum()
+		b = append(b, d[:]...)
 		flush()
 	}
-	flush()
+	h.Write(b)
 	var out [32]byte
 	h.Sum(out[:0])
 	return out
+}
+
+// sum is the digest of the page's objects (slot, version, value of each,
+// in slot order), computed once per page state: a shared page never
+// changes, and writable forgets the digest of a private page before it is
+// changed.
+func (p *objectPage) sum() [32]byte {
+	if d := p.digest.Load(); d != nil {
+		return *d
+	}
+	b := make([]byte, 0, len(p.entries)*(2+8+ObjectWireSize))
+	for _, e := range p.entries {
+		b = binary.BigEndian.AppendUint16(b, e.id.Slot)
+		b = binary.BigEndian.AppendUint64(b, e.v.Version)
+		b = e.v.Object.appendBinary(b)
+	}
+	d := sha256.Sum256(b)
+	p.digest.Store(&d)
+	return d
 }

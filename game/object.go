@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 )
 
 // ObjectKind says what a mutable object is.
@@ -188,9 +189,24 @@ type VersionedObject struct {
 // single authority (local play, a mirror) uses; a P2P region coordinator
 // keeps the same semantics in the region store.
 //
-// Entries are kept sorted by ID (region row, column, slot), so iteration is
-// canonical and a region's objects sit next to each other.
+// Objects live in one page per region, pages sorted by region (row, then
+// column) and entries within a page by slot, so iteration is canonical.
+// Pages are copy-on-write: copyFrom shares the source's pages instead of
+// copying them, and a table copies a shared page only when it first
+// changes it. A copy therefore costs one pointer per region plus the pages
+// that changed since, which is what makes a trailing-state copy cheap.
 type ObjectTable struct {
+	pages []*objectPage
+}
+
+// objectPage is one region's objects. Once shared is set the page is
+// immutable: it may be referenced by several tables (and by the terrain's
+// starting pages), and a table about to change it takes a private copy.
+type objectPage struct {
+	region RegionCoord
+	shared atomic.Bool
+	// digest caches sum(); nil until computed and after a change.
+	digest  atomic.Pointer[[32]byte]
 	entries []tableEntry
 }
 
@@ -202,49 +218,100 @@ type tableEntry struct {
 // NewObjectTable returns an empty table.
 func NewObjectTable() *ObjectTable { return &ObjectTable{} }
 
-func (t *ObjectTable) find(id ObjectID) (int, bool) {
-	return slices.BinarySearchFunc(t.entries, id, func(e tableEntry, id ObjectID) int { return compareObjectIDs(e.id, id) })
+func compareRegions(a, b RegionCoord) int {
+	if a.Y != b.Y {
+		return a.Y - b.Y
+	}
+	return a.X - b.X
+}
+
+func (t *ObjectTable) findPage(rc RegionCoord) (int, bool) {
+	return slices.BinarySearchFunc(t.pages, rc, func(p *objectPage, rc RegionCoord) int { return compareRegions(p.region, rc) })
+}
+
+func (p *objectPage) find(slot uint16) (int, bool) {
+	// Slots are dense from zero in every world-made page; try that first.
+	if int(slot) < len(p.entries) && p.entries[slot].id.Slot == slot {
+		return int(slot), true
+	}
+	return slices.BinarySearchFunc(p.entries, slot, func(e tableEntry, s uint16) int { return int(e.id.Slot) - int(s) })
 }
 
 // Get returns the object's current value and version.
 func (t *ObjectTable) Get(id ObjectID) (VersionedObject, bool) {
-	i, ok := t.find(id)
+	pi, ok := t.findPage(id.Region)
 	if !ok {
 		return VersionedObject{}, false
 	}
-	return t.entries[i].v, true
+	p := t.pages[pi]
+	i, ok := p.find(id.Slot)
+	if !ok {
+		return VersionedObject{}, false
+	}
+	return p.entries[i].v, true
 }
 
 // IDs returns every object ID in canonical order (region row, column, slot).
 func (t *ObjectTable) IDs() []ObjectID {
-	out := make([]ObjectID, len(t.entries))
-	for i, e := range t.entries {
-		out[i] = e.id
+	out := make([]ObjectID, 0, t.Len())
+	for _, p := range t.pages {
+		for _, e := range p.entries {
+			out = append(out, e.id)
+		}
 	}
 	return out
 }
 
 // Len is the number of objects.
-func (t *ObjectTable) Len() int { return len(t.entries) }
-
-// region returns the entries of region rc.
-func (t *ObjectTable) region(rc RegionCoord) []tableEntry {
-	i, _ := t.find(ObjectID{Region: rc})
-	j := i
-	for j < len(t.entries) && t.entries[j].id.Region == rc {
-		j++
+func (t *ObjectTable) Len() int {
+	n := 0
+	for _, p := range t.pages {
+		n += len(p.entries)
 	}
-	return t.entries[i:j]
+	return n
+}
+
+// region returns the entries of region rc, for reading only.
+func (t *ObjectTable) region(rc RegionCoord) []tableEntry {
+	pi, ok := t.findPage(rc)
+	if !ok {
+		return nil
+	}
+	return t.pages[pi].entries
+}
+
+// writable returns page pi ready to be changed in place, copying it first
+// if it is shared.
+func (t *ObjectTable) writable(pi int) *objectPage {
+	p := t.pages[pi]
+	if !p.shared.Load() {
+		p.digest.Store(nil)
+		return p
+	}
+	c := &objectPage{region: p.region, entries: slices.Clone(p.entries)}
+	t.pages[pi] = c
+	return c
+}
+
+// setEntry replaces the value of entry i of page pi.
+func (t *ObjectTable) setEntry(pi, i int, v VersionedObject) {
+	t.writable(pi).entries[i].v = v
 }
 
 // put stores v under id, inserting the ID in order if it is new.
 func (t *ObjectTable) put(id ObjectID, v VersionedObject) {
-	i, ok := t.find(id)
-	if ok {
-		t.entries[i].v = v
+	pi, ok := t.findPage(id.Region)
+	if !ok {
+		t.pages = slices.Insert(t.pages, pi, &objectPage{region: id.Region})
+	}
+	p := t.pages[pi]
+	if i, ok := p.find(id.Slot); ok {
+		t.setEntry(pi, i, v)
 		return
 	}
-	t.entries = slices.Insert(t.entries, i, tableEntry{id, v})
+	p = t.writable(pi)
+	i, _ := p.find(id.Slot)
+	p.entries = slices.Insert(p.entries, i, tableEntry{id, v})
 }
 
 // Initialize writes o regardless of the current value and returns the new
@@ -292,8 +359,20 @@ func (t *ObjectTable) Set(id ObjectID, v VersionedObject) bool {
 	return true
 }
 
-func (t *ObjectTable) clone() *ObjectTable {
-	return &ObjectTable{entries: slices.Clone(t.entries)}
+// copyFrom makes t an exact copy of src by sharing src's pages. Pages the
+// two tables already share are skipped, so the work is one pointer
+// comparison per region plus one store per page that differs.
+func (t *ObjectTable) copyFrom(src *ObjectTable) {
+	if len(t.pages) != len(src.pages) {
+		t.pages = slices.Grow(t.pages[:0], len(src.pages))[:len(src.pages)]
+		clear(t.pages)
+	}
+	for i, p := range src.pages {
+		if t.pages[i] != p {
+			p.shared.Store(true)
+			t.pages[i] = p
+		}
+	}
 }
 
 // InitialObjects returns the starting objects of region rc: food objects in

@@ -25,6 +25,9 @@ type Player struct {
 	Alive    bool
 	// RespawnAt is the tick a dead player comes back.
 	RespawnAt uint64
+	// RespawnHome is set while a dead player has asked (CommandRespawn) to
+	// come back in its home region rather than where it fell.
+	RespawnHome bool
 	// Deaths counts deaths; it picks the next spawn point.
 	Deaths uint32
 	// FightCounter counts the fights this player started; with both player

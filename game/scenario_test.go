@@ -10,13 +10,8 @@ import (
 // for steps ticks, returning the world and every event produced.
 func runBots(t testing.TB, seed uint64, n, steps int) (*World, []Event) {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Seed = seed
-	cfg.RegionsX, cfg.RegionsY = 3, 3
-	w, err := NewWorld(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := botConfig(seed)
+	w := mustWorld(t, cfg)
 	bots := make([]*Bot, n)
 	for i := range bots {
 		id := PlayerID(fmt.Sprintf("bot-%02d", i))
@@ -29,7 +24,7 @@ func runBots(t testing.TB, seed uint64, n, steps int) (*World, []Event) {
 	// Two of them start badly hurt and one starving, so deaths and
 	// respawns are part of the run.
 	for i, b := range bots {
-		p := w.players[b.ID()]
+		p := w.ref(b.ID())
 		p.Pos = w.SpawnPoint(b.ID(), RegionCoord{1, 1}, 0)
 		switch i {
 		case 0, 1:
@@ -49,6 +44,14 @@ func runBots(t testing.TB, seed uint64, n, steps int) (*World, []Event) {
 		events = append(events, w.Step(inputs)...)
 	}
 	return w, events
+}
+
+// botConfig is the 3×3 world the bot scenarios play in.
+func botConfig(seed uint64) Config {
+	cfg := DefaultConfig()
+	cfg.Seed = seed
+	cfg.RegionsX, cfg.RegionsY = 3, 3
+	return cfg
 }
 
 func hashHex(w *World) string {

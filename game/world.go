@@ -3,7 +3,6 @@ package game
 import (
 	"fmt"
 	"slices"
-	"sync"
 )
 
 // EventKind says what happened in a step.
@@ -15,12 +14,14 @@ const (
 	EventHit                                 // Player hit Other for Amount damage
 	EventMissed                              // Player attacked Other and missed
 	EventDied                                // Player died; Other is the killer if any
-	EventRespawned                           // Player came back at its spawn point
+	EventRespawned                           // Player came back at its spawn point in region To
 	EventRegionChanged                       // Player moved from region From to To
 	EventObjectRestored                      // Object regrew
+	EventJoined                              // Player entered the world in region To (CommandJoin)
+	EventLeft                                // Player left the world from region From (CommandLeave)
 )
 
-var eventNames = [...]string{"", "ate", "picked-up", "hit", "missed", "died", "respawned", "region-changed", "object-restored"}
+var eventNames = [...]string{"", "ate", "picked-up", "hit", "missed", "died", "respawned", "region-changed", "object-restored", "joined", "left"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -28,6 +29,15 @@ func (k EventKind) String() string {
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
+
+// Strict reports whether events of kind k are strictly consistent: two
+// executions of the same tick must produce them identically (kind, tick,
+// players, object, amount), or the states have diverged. These are the
+// paper's consistent events — meals, pick-ups, hits and misses, deaths,
+// respawns, regrowth, joins and leaves. The one weakly consistent kind is
+// EventRegionChanged: it follows from a position, and positions are
+// compared within a margin (TickRecord.Diverges).
+func (k EventKind) Strict() bool { return k != EventRegionChanged }
 
 // Event is something a step did that others may want to see: the browser
 // shows them, mirrors compare them (TSS), peers forward them.
@@ -41,59 +51,46 @@ type Event struct {
 	From, To RegionCoord
 }
 
-// World is the whole game state plus the immutable terrain. It is not safe
-// for concurrent use; its owner serialises Step and the accessors.
+// World is the whole game state plus the immutable, shared terrain. It is
+// not safe for concurrent use; its owner serialises Advance and the
+// accessors.
+//
+// The state is the tick, the players (a slice sorted by ID: every loop
+// over players goes in this order) and the objects (copy-on-write pages,
+// one per region). CopyFrom relies on that layout: players are copied
+// whole (they change every tick anyway), object pages are shared.
 type World struct {
 	cfg     Config
 	terrain *terrain
 	tick    uint64
-	players map[PlayerID]*Player
-	order   []PlayerID // sorted; every loop over players uses it
+	players []Player
 	objects *ObjectTable
+	scratch tickScratch
 }
 
-// terrain caches generated region maps. Maps never change, so clones of a
-// world share one cache.
-type terrain struct {
-	cfg  Config
-	mu   sync.Mutex
-	maps map[RegionCoord]*RegionMap
-}
-
-func (t *terrain) get(rc RegionCoord) *RegionMap {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m, ok := t.maps[rc]
-	if !ok {
-		m = GenerateRegionMap(t.cfg, rc)
-		t.maps[rc] = m
-	}
-	return m
+// tickScratch holds buffers one tick reuses; it is not part of the state.
+type tickScratch struct {
+	pending []Input
+	intent  []Input
+	has     []bool
 }
 
 // NewWorld builds the world described by cfg at tick 0, with every region's
-// objects in place and no players.
+// objects in place and no players. The terrain is generated once per
+// config and shared by every world of that config.
 func NewWorld(cfg Config) (*World, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("new world: %w", err)
 	}
-	w := &World{
+	t, err := terrainFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new world: %w", err)
+	}
+	return &World{
 		cfg:     cfg,
-		terrain: &terrain{cfg: cfg, maps: make(map[RegionCoord]*RegionMap)},
-		players: make(map[PlayerID]*Player),
-		objects: NewObjectTable(),
-	}
-	for y := 0; y < cfg.RegionsY; y++ {
-		for x := 0; x < cfg.RegionsX; x++ {
-			rc := RegionCoord{x, y}
-			for slot, o := range InitialObjects(cfg, w.terrain.get(rc)) {
-				if _, err := w.objects.Initialize(ObjectID{rc, uint16(slot)}, o); err != nil {
-					return nil, fmt.Errorf("new world: region %s: %w", rc, err)
-				}
-			}
-		}
-	}
-	return w, nil
+		terrain: t,
+		objects: &ObjectTable{pages: slices.Clone(t.initial)},
+	}, nil
 }
 
 // Config returns the world's configuration.
@@ -107,7 +104,7 @@ func (w *World) Map(rc RegionCoord) *RegionMap {
 	if !w.InWorld(rc) {
 		return nil
 	}
-	return w.terrain.get(rc)
+	return w.terrain.at(rc)
 }
 
 // InWorld reports whether rc is a region of this world.
@@ -141,7 +138,7 @@ func (w *World) tileAt(tx, ty int32) Tile {
 	if tx < 0 || ty < 0 || tx >= int32(w.cfg.RegionsX)*rt || ty >= int32(w.cfg.RegionsY)*rt {
 		return TileWall
 	}
-	m := w.terrain.get(RegionCoord{int(tx / rt), int(ty / rt)})
+	m := w.terrain.maps[int(ty/rt)*w.cfg.RegionsX+int(tx/rt)]
 	return m.At(int(tx%rt), int(ty%rt))
 }
 
@@ -222,63 +219,103 @@ type ObjectEntry struct {
 // updates committed elsewhere (ObjectTable.Set) or run the store rules.
 func (w *World) ObjectTable() *ObjectTable { return w.objects }
 
-// AddPlayer puts a new player into the world at its spawn point.
+// find returns the index of player id in w.players, or where it would go.
+func (w *World) find(id PlayerID) (int, bool) {
+	return slices.BinarySearchFunc(w.players, id, func(p Player, id PlayerID) int {
+		switch {
+		case p.ID < id:
+			return -1
+		case p.ID > id:
+			return 1
+		}
+		return 0
+	})
+}
+
+// AddPlayer puts a new player into the world at its spawn point in its
+// home region, between ticks. It is CommandJoin for callers that own the
+// world alone (local play, the P2P movement world, tests); both run join.
 func (w *World) AddPlayer(id PlayerID, name string) (Player, error) {
-	if err := validatePlayerID(id, false); err != nil {
+	i, err := w.join(id, name, nil)
+	if err != nil {
 		return Player{}, fmt.Errorf("add player: %w", err)
 	}
+	return w.players[i], nil
+}
+
+// join is the join rule: a valid new ID and name enter the world, either
+// fresh at the home spawn point or, with saved, as the saved character
+// (RestoreCharacter) at its saved position. It returns the new player's
+// index.
+func (w *World) join(id PlayerID, name string, saved *Character) (int, error) {
+	if err := validatePlayerID(id, false); err != nil {
+		return 0, err
+	}
 	if err := ValidateName(name); err != nil {
-		return Player{}, fmt.Errorf("add player %s: %w", id, err)
+		return 0, fmt.Errorf("player %s: %w", id, err)
 	}
-	if _, ok := w.players[id]; ok {
-		return Player{}, fmt.Errorf("add player %s: already in the world", id)
+	i, ok := w.find(id)
+	if ok {
+		return 0, fmt.Errorf("player %s: already in the world", id)
 	}
-	rc := RegionCoord{
+	p := NewPlayer(id, name, w.SpawnPoint(id, w.HomeRegion(id), 0))
+	if saved != nil {
+		RestoreCharacter(&p, *saved)
+		p.Pos = w.savedPosition(id, saved.Pos)
+	}
+	w.players = slices.Insert(w.players, i, p)
+	return i, nil
+}
+
+// savedPosition is where a returning player appears: where it was saved if
+// its box fits there, else at a spawn point of that region (the terrain
+// cannot have changed, but a config or a hostile save can put it anywhere).
+func (w *World) savedPosition(id PlayerID, pos Vec) Vec {
+	ww, wh := w.cfg.WorldUnits()
+	if pos.X >= 0 && pos.Y >= 0 && pos.X < ww && pos.Y < wh && w.boxFree(pos) {
+		return pos
+	}
+	return w.SpawnPoint(id, w.RegionOf(pos), 0)
+}
+
+// HomeRegion is the region a player first appears in, derived from the
+// world seed and its ID; a dead player who asks (CommandRespawn) comes
+// back there.
+func (w *World) HomeRegion(id PlayerID) RegionCoord {
+	return RegionCoord{
 		X: int(deriveString("overworld/home-x", string(id), w.cfg.Seed) % uint64(w.cfg.RegionsX)),
 		Y: int(deriveString("overworld/home-y", string(id), w.cfg.Seed) % uint64(w.cfg.RegionsY)),
 	}
-	p := &Player{ID: id, Name: name, Skill: 10}
-	w.spawn(p, rc)
-	w.players[id] = p
-	i, _ := slices.BinarySearch(w.order, id)
-	w.order = slices.Insert(w.order, i, id)
-	return *p, nil
 }
 
-// RemovePlayer takes a player out of the world (logout, left the region).
+// RemovePlayer takes a player out of the world between ticks (logout, left
+// the region); CommandLeave does the same inside a tick.
 func (w *World) RemovePlayer(id PlayerID) bool {
-	if _, ok := w.players[id]; !ok {
+	i, ok := w.find(id)
+	if !ok {
 		return false
 	}
-	delete(w.players, id)
-	i, _ := slices.BinarySearch(w.order, id)
-	w.order = slices.Delete(w.order, i, i+1)
+	w.players = slices.Delete(w.players, i, i+1)
 	return true
 }
 
 // Player returns a copy of a player's state.
 func (w *World) Player(id PlayerID) (Player, bool) {
-	p, ok := w.players[id]
+	i, ok := w.find(id)
 	if !ok {
 		return Player{}, false
 	}
-	return *p, true
+	return w.players[i], true
 }
 
 // Players returns copies of all players, sorted by ID.
-func (w *World) Players() []Player {
-	out := make([]Player, 0, len(w.order))
-	for _, id := range w.order {
-		out = append(out, *w.players[id])
-	}
-	return out
-}
+func (w *World) Players() []Player { return slices.Clone(w.players) }
 
 // SpawnPoint is where player id appears in region rc after its deaths-th
 // death (0 for the first spawn): an open tile picked from a seed derived
 // from the world seed, the ID and the death count.
 func (w *World) SpawnPoint(id PlayerID, rc RegionCoord, deaths uint32) Vec {
-	m := w.terrain.get(rc)
+	m := w.terrain.at(rc)
 	rng := NewRand(deriveString("overworld/spawn", string(id), w.cfg.Seed, uint64(rc.X), uint64(rc.Y), uint64(deaths)))
 	rt := int32(w.cfg.RegionTiles)
 	for {
@@ -296,164 +333,258 @@ func (w *World) SpawnPoint(id PlayerID, rc RegionCoord, deaths uint32) Vec {
 	}
 }
 
-func (w *World) spawn(p *Player, rc RegionCoord) {
-	p.Pos = w.SpawnPoint(p.ID, rc, p.Deaths)
-	p.Vel = Vec{}
-	p.Health, p.Hunger = MaxHealth, 0
-	p.Alive, p.RespawnAt = true, 0
+// RespawnPoint is where dead player p comes back: a spawn point of the
+// region it fell in, or of its home region if it asked for that.
+func (w *World) RespawnPoint(p Player) Vec {
+	rc := w.RegionOf(p.Pos)
+	if p.RespawnHome {
+		rc = w.HomeRegion(p.ID)
+	}
+	return w.SpawnPoint(p.ID, rc, p.Deaths)
 }
 
-// Clone returns an independent copy of the world (the terrain cache is
-// shared; it is immutable). Trailing state synchronisation keeps several.
+// Clone returns an independent copy of the world. It shares the terrain
+// and, copy-on-write, the object pages (see CopyFrom).
 func (w *World) Clone() *World {
-	c := &World{
-		cfg:     w.cfg,
-		terrain: w.terrain,
-		tick:    w.tick,
-		players: make(map[PlayerID]*Player, len(w.players)),
-		order:   slices.Clone(w.order),
-		objects: w.objects.clone(),
-	}
-	for id, p := range w.players {
-		cp := *p
-		c.players[id] = &cp
-	}
+	c := &World{}
+	c.CopyFrom(w)
 	return c
 }
 
+// CopyFrom makes w an exact copy of src: afterwards both hash alike and
+// evolve alike under equal commands, and neither sees the other's later
+// changes. It is TSS's trailing-to-leading copy, so it is cheap: the
+// terrain is shared, players are copied (one flat slice; they change every
+// tick), and object pages are shared copy-on-write, skipping the ones w
+// already shares with src. Its cost grows with the players and with the
+// number of regions whose objects changed, not with the world's objects.
+//
+// CopyFrom marks src's pages as shared (an atomic flag on each page it
+// takes), so src must not be advanced concurrently with the copy.
+func (w *World) CopyFrom(src *World) {
+	if w == src {
+		return
+	}
+	w.cfg, w.terrain, w.tick = src.cfg, src.terrain, src.tick
+	w.players = append(w.players[:0], src.players...)
+	if w.objects == nil {
+		w.objects = &ObjectTable{}
+	}
+	w.objects.copyFrom(src.objects)
+}
+
+// Hash is StateHash, under the name the synchronizer's State interface
+// uses.
+func (w *World) Hash() [32]byte { return w.StateHash() }
+
 // Step advances the world by one tick with the given inputs and returns the
-// events of the tick. Inputs naming unknown players are ignored; if a player
-// has several inputs, the last one counts. The phases run in a fixed order
-// and each visits players sorted by ID:
-// regrowth, respawns, movement, eating and pick-ups, fights, metabolism,
-// deaths.
+// events of the tick. It is Advance for callers without commands (local
+// play, the P2P movement world): each input becomes a CommandInput in
+// slice order, so inputs naming unknown players are ignored and, if a
+// player has several inputs, the last one counts.
 func (w *World) Step(inputs []Input) []Event {
+	cmds := make([]Command, len(inputs))
+	for i, in := range inputs {
+		cmds[i] = Command{Seq: uint64(i), Op: CommandInput, Player: in.Player, Input: in}
+	}
+	return w.advance(cmds, false).Events
+}
+
+// Advance executes one tick with the given commands and returns what the
+// tick produced. It is the one implementation of a tick.
+//
+// Commands take effect in canonical order (CompareCommands): Advance sorts
+// a copy if the caller's slice is not sorted, so the result never depends
+// on the order of the slice. They apply at the start of the tick, one
+// after the other: joins and leaves change the roster at once, a respawn
+// request marks its player, and each player's last input (in that order)
+// is the one the tick uses; an input filed before its player's leave in
+// the same tick goes with it. Commands that cannot apply (an input for a
+// player not in the world or naming another player, a join of a present
+// player or with a bad name, a leave or respawn of an absent player, a
+// respawn of a living one) change nothing and are counted in
+// TickRecord.Ignored.
+//
+// Then the phases run in a fixed order, each visiting players sorted by
+// ID: regrowth, respawns, movement, eating and pick-ups, fights,
+// metabolism, deaths.
+func (w *World) Advance(cmds []Command) TickRecord { return w.advance(cmds, true) }
+
+func (w *World) advance(cmds []Command, positions bool) TickRecord {
+	if !slices.IsSortedFunc(cmds, CompareCommands) {
+		cmds = slices.Clone(cmds)
+		slices.SortStableFunc(cmds, CompareCommands)
+	}
 	w.tick++
 	t := w.tick
+	rec := TickRecord{Tick: t}
 	var events []Event
 
-	byPlayer := make(map[PlayerID]Input, len(inputs))
-	for _, in := range inputs {
-		if _, ok := w.players[in.Player]; ok {
-			byPlayer[in.Player] = in
+	intent, has := w.applyCommands(cmds, &events, &rec.Ignored)
+
+	for pi := range w.objects.pages {
+		for i := range w.objects.pages[pi].entries {
+			e := w.objects.pages[pi].entries[i]
+			if o, due := e.v.Object.Regrown(t); due {
+				w.objects.setEntry(pi, i, VersionedObject{Version: e.v.Version + 1, Object: o})
+				events = append(events, Event{Tick: t, Kind: EventObjectRestored, Object: e.id, Amount: int32(o.Amount)})
+			}
 		}
 	}
 
-	for i := range w.objects.entries {
-		e := &w.objects.entries[i]
-		if o, due := e.v.Object.Regrown(t); due {
-			e.v = VersionedObject{Version: e.v.Version + 1, Object: o}
-			events = append(events, Event{Tick: t, Kind: EventObjectRestored, Object: e.id, Amount: int32(o.Amount)})
+	for i := range w.players {
+		p := &w.players[i]
+		if RespawnDue(*p, t) {
+			Revive(p, w.RespawnPoint(*p))
+			events = append(events, Event{Tick: t, Kind: EventRespawned, Player: p.ID, To: w.RegionOf(p.Pos)})
 		}
 	}
 
-	for _, id := range w.order {
-		p := w.players[id]
-		if !p.Alive && t >= p.RespawnAt {
-			w.spawn(p, w.RegionOf(p.Pos))
-			events = append(events, Event{Tick: t, Kind: EventRespawned, Player: id, To: w.RegionOf(p.Pos)})
-		}
-	}
-
-	for _, id := range w.order {
-		p := w.players[id]
+	for i := range w.players {
+		p := &w.players[i]
 		if !p.Alive {
 			p.Vel = Vec{}
 			continue
 		}
-		in := byPlayer[id]
 		from := w.RegionOf(p.Pos)
-		w.move(p, in.MoveX, in.MoveY)
+		w.move(p, intent[i].MoveX, intent[i].MoveY)
 		if to := w.RegionOf(p.Pos); to != from {
-			events = append(events, Event{Tick: t, Kind: EventRegionChanged, Player: id, From: from, To: to})
+			events = append(events, Event{Tick: t, Kind: EventRegionChanged, Player: p.ID, From: from, To: to})
 		}
 	}
 
-	for _, id := range w.order {
-		p := w.players[id]
-		in, ok := byPlayer[id]
-		if !ok || !p.Alive {
+	for i := range w.players {
+		p := &w.players[i]
+		if !has[i] || !p.Alive {
 			continue
 		}
-		if in.Eat && t >= p.EatReadyAt {
+		if intent[i].Eat && EatReady(*p, t) {
 			if ev, ok := w.eat(p); ok {
 				events = append(events, ev)
 			}
 		}
-		if in.PickUp {
+		if intent[i].PickUp {
 			if ev, ok := w.pickUp(p); ok {
 				events = append(events, ev)
 			}
 		}
 	}
 
-	killers := make(map[PlayerID]PlayerID)
-	for _, id := range w.order {
-		p := w.players[id]
-		in, ok := byPlayer[id]
-		if !ok || !in.Fight || !p.Alive || t < p.FightReadyAt {
+	var killers map[PlayerID]PlayerID
+	killedBy := func(victim, killer PlayerID) {
+		if killers == nil {
+			killers = make(map[PlayerID]PlayerID)
+		}
+		killers[victim] = killer
+	}
+	for i := range w.players {
+		p := &w.players[i]
+		if !has[i] || !intent[i].Fight || !FightReady(*p, t) {
 			continue
 		}
-		target := w.fightTarget(p, in.Target)
+		target := w.fightTarget(p, intent[i].Target)
 		if target == nil {
 			continue
 		}
-		res := FightOutcome(p.ID, target.ID, p.FightCounter, Fighter{p.Skill, p.Health}, Fighter{target.Skill, target.Health})
-		p.FightCounter++
-		p.FightReadyAt = t + w.cfg.ActionCooldownTicks
+		me, them := Fighter{p.Skill, p.Health}, Fighter{target.Skill, target.Health}
+		res := FightOutcome(p.ID, target.ID, StartFight(w.cfg, p, t), me, them)
 		if res.Hit {
-			target.Health -= res.DefenderDamage
-			events = append(events, Event{Tick: t, Kind: EventHit, Player: p.ID, Other: target.ID, Amount: res.DefenderDamage})
-			if target.Health <= 0 {
-				killers[target.ID] = p.ID
+			if ApplyDamage(target, res.DefenderDamage) {
+				killedBy(target.ID, p.ID)
 			}
+			events = append(events, Event{Tick: t, Kind: EventHit, Player: p.ID, Other: target.ID, Amount: res.DefenderDamage})
 		} else {
 			events = append(events, Event{Tick: t, Kind: EventMissed, Player: p.ID, Other: target.ID})
 		}
 		if res.AttackerDamage > 0 {
-			p.Health -= res.AttackerDamage
+			if ApplyDamage(p, res.AttackerDamage) {
+				killedBy(p.ID, target.ID)
+			}
 			events = append(events, Event{Tick: t, Kind: EventHit, Player: target.ID, Other: p.ID, Amount: res.AttackerDamage})
-			if p.Health <= 0 {
-				killers[p.ID] = target.ID
-			}
 		}
 	}
 
-	if t%w.cfg.HungerTicks == 0 {
-		for _, id := range w.order {
-			p := w.players[id]
-			if !p.Alive {
-				continue
-			}
-			if p.Hunger < MaxHunger {
-				p.Hunger++
-			}
-			switch {
-			case p.Hunger >= MaxHunger:
-				p.Health--
-			case p.Hunger < MaxHunger/2 && p.Health < MaxHealth && (t/w.cfg.HungerTicks)%2 == 0:
-				p.Health++
-			}
-		}
+	for i := range w.players {
+		Metabolize(w.cfg, &w.players[i], t)
 	}
 
-	for _, id := range w.order {
-		p := w.players[id]
+	for i := range w.players {
+		p := &w.players[i]
 		if !p.Alive || p.Health > 0 {
 			continue
 		}
-		killer := killers[id]
-		p.Health, p.Alive, p.Vel = 0, false, Vec{}
-		p.Deaths++
-		p.RespawnAt = t + max(w.cfg.RespawnTicks, 1)
-		p.Score = max(p.Score-5, 0)
-		if k, ok := w.players[killer]; ok && killer != id {
-			k.Score += 10
-			k.Skill = min(k.Skill+1, MaxSkill)
+		killer := killers[p.ID]
+		ev := Kill(w.cfg, p, t, killer)
+		if k, ok := w.find(killer); ok && killer != p.ID {
+			Reward(&w.players[k])
 		}
-		events = append(events, Event{Tick: t, Kind: EventDied, Player: id, Other: killer})
+		events = append(events, ev)
 	}
-	return events
+
+	rec.Events = events
+	if positions {
+		rec.Positions = make([]PlayerPosition, len(w.players))
+		for i, p := range w.players {
+			rec.Positions[i] = PlayerPosition{Player: p.ID, Pos: p.Pos}
+		}
+	}
+	return rec
+}
+
+// applyCommands applies cmds (sorted) at the start of tick w.tick and
+// returns each player's input for the tick, indexed like w.players, and
+// whether it has one. The slices are scratch, valid until the next tick.
+func (w *World) applyCommands(cmds []Command, events *[]Event, ignored *uint32) (intent []Input, has []bool) {
+	t := w.tick
+	pending := w.scratch.pending[:0]
+	for _, c := range cmds {
+		switch c.Op {
+		case CommandInput:
+			if _, ok := w.find(c.Player); !ok || c.Input.Player != c.Player {
+				*ignored++
+				continue
+			}
+			pending = append(pending, c.Input)
+		case CommandJoin:
+			i, err := w.join(c.Player, c.Name, c.Saved)
+			if err != nil {
+				*ignored++
+				continue
+			}
+			*events = append(*events, Event{Tick: t, Kind: EventJoined, Player: c.Player, To: w.RegionOf(w.players[i].Pos)})
+		case CommandLeave:
+			i, ok := w.find(c.Player)
+			if !ok {
+				*ignored++
+				continue
+			}
+			from := w.RegionOf(w.players[i].Pos)
+			w.players = slices.Delete(w.players, i, i+1)
+			pending = slices.DeleteFunc(pending, func(in Input) bool { return in.Player == c.Player })
+			*events = append(*events, Event{Tick: t, Kind: EventLeft, Player: c.Player, From: from})
+		case CommandRespawn:
+			i, ok := w.find(c.Player)
+			if !ok || w.players[i].Alive {
+				*ignored++
+				continue
+			}
+			w.players[i].RespawnHome = true
+		default:
+			*ignored++
+		}
+	}
+	n := len(w.players)
+	intent = slices.Grow(w.scratch.intent[:0], n)[:n]
+	has = slices.Grow(w.scratch.has[:0], n)[:n]
+	clear(intent)
+	clear(has)
+	for _, in := range pending {
+		if i, ok := w.find(in.Player); ok {
+			intent[i], has[i] = in, true
+		}
+	}
+	w.scratch.pending, w.scratch.intent, w.scratch.has = pending, intent, has
+	return intent, has
 }
 
 // WantedVelocity turns a move input into the velocity the player asks for,
@@ -579,16 +710,8 @@ func (w *World) eat(p *Player) (Event, bool) {
 		return Event{}, false
 	}
 	FeedPlayer(p, 1)
-	p.EatReadyAt = w.tick + w.cfg.ActionCooldownTicks
+	StartEatCooldown(w.cfg, p, w.tick)
 	return Event{Tick: w.tick, Kind: EventAte, Player: p.ID, Object: id, Amount: 1}, true
-}
-
-// FeedPlayer applies the effect of eating units of nutrition: hunger falls
-// by 20 per unit and the score rises by one per unit. A P2P peer calls it
-// once the coordinator has committed the eat.
-func FeedPlayer(p *Player, units int32) {
-	p.Hunger = max(p.Hunger-20*units, 0)
-	p.Score += units
 }
 
 // pickUp takes the nearest health pack; a player at full health leaves it
@@ -609,7 +732,7 @@ func (w *World) pickUp(p *Player) (Event, bool) {
 	if _, err := w.objects.ReadWrite(id, v.Version, next); err != nil {
 		return Event{}, false
 	}
-	p.Health = min(p.Health+heal, MaxHealth)
+	Heal(p, heal)
 	return Event{Tick: w.tick, Kind: EventPickedUp, Player: p.ID, Object: id, Amount: heal}, true
 }
 
@@ -618,16 +741,20 @@ func (w *World) pickUp(p *Player) (Event, bool) {
 func (w *World) fightTarget(p *Player, named PlayerID) *Player {
 	limit := int64(w.cfg.FightRangeUnits) * int64(w.cfg.FightRangeUnits)
 	if named != "" {
-		t, ok := w.players[named]
-		if !ok || t == p || !t.Alive || t.Health <= 0 || DistSq(p.Pos, t.Pos) > limit {
+		i, ok := w.find(named)
+		if !ok {
+			return nil
+		}
+		t := &w.players[i]
+		if t == p || !t.Alive || t.Health <= 0 || DistSq(p.Pos, t.Pos) > limit {
 			return nil
 		}
 		return t
 	}
 	var best *Player
 	var bestD int64
-	for _, id := range w.order {
-		t := w.players[id]
+	for i := range w.players {
+		t := &w.players[i]
 		if t == p || !t.Alive || t.Health <= 0 {
 			continue
 		}
@@ -642,10 +769,10 @@ func (w *World) fightTarget(p *Player, named PlayerID) *Player {
 // Teleport puts a living player at p if its box fits there; it is for
 // setting up scenes (demos, tests), not a game action.
 func (w *World) Teleport(id PlayerID, p Vec) bool {
-	pl, ok := w.players[id]
+	i, ok := w.find(id)
 	if !ok || !w.boxFree(p) {
 		return false
 	}
-	pl.Pos, pl.Vel = p, Vec{}
+	w.players[i].Pos, w.players[i].Vel = p, Vec{}
 	return true
 }

@@ -16,9 +16,10 @@ import (
 //
 // game.World keeps its players private, so the outcomes cannot be written
 // into it; the movement world's own metabolism is therefore switched off
-// (HungerTicks at its maximum) and the Avatar runs the same metabolism rule
-// on its copy of the player. The rule mirrors the metabolism phase of
-// game.World.Step and must change with it.
+// (HungerTicks at its maximum) and the Avatar applies the rules to its copy
+// of the player by calling the functions game.World.Advance itself calls
+// (game.Metabolize, game.Kill, game.Revive, game.FeedPlayer, ...), so there
+// is one copy of each rule.
 //
 // Avatar is not safe for concurrent use; the Peer serialises it.
 type Avatar struct {
@@ -83,14 +84,7 @@ func (a *Avatar) PlaceInRegion(rc game.RegionCoord) bool {
 // character saved dead comes back at full health and fed; one saved
 // starving comes back starving.
 func (a *Avatar) Restore(health, hunger, score, skill int32) {
-	if health <= 0 || health > game.MaxHealth {
-		health, hunger = game.MaxHealth, 0
-	}
-	a.p.Health = health
-	a.p.Hunger = min(max(hunger, 0), game.MaxHunger)
-	a.p.Score = max(score, 0)
-	a.p.Skill = min(max(skill, 1), game.MaxSkill)
-	a.p.Alive = true
+	game.RestoreCharacter(&a.p, game.Character{Pos: a.p.Pos, Health: health, Hunger: hunger, Score: score, Skill: skill})
 }
 
 // Step advances the player by one tick with the given move input and
@@ -98,11 +92,11 @@ func (a *Avatar) Restore(health, hunger, score, skill int32) {
 func (a *Avatar) Step(mx, my int8) []game.Event {
 	t := a.world.Tick() + 1
 	var events []game.Event
-	if !a.p.Alive && t >= a.p.RespawnAt {
-		rc := a.world.RegionOf(a.p.Pos)
-		a.Place(a.world.SpawnPoint(a.p.ID, rc, a.p.Deaths))
-		a.p.Health, a.p.Hunger, a.p.Alive, a.p.RespawnAt = game.MaxHealth, 0, true, 0
-		events = append(events, game.Event{Tick: t, Kind: game.EventRespawned, Player: a.p.ID, To: rc})
+	if game.RespawnDue(a.p, t) {
+		pos := a.world.RespawnPoint(a.p)
+		a.Place(pos)
+		game.Revive(&a.p, pos)
+		events = append(events, game.Event{Tick: t, Kind: game.EventRespawned, Player: a.p.ID, To: a.world.RegionOf(pos)})
 	}
 	in := game.Input{Player: a.p.ID}
 	if a.p.Alive {
@@ -120,18 +114,7 @@ func (a *Avatar) Step(mx, my int8) []game.Event {
 		a.p.Vel = game.Vec{}
 		return events
 	}
-	// Metabolism, as in game.World.Step.
-	if t%a.cfg.HungerTicks == 0 {
-		if a.p.Hunger < game.MaxHunger {
-			a.p.Hunger++
-		}
-		switch {
-		case a.p.Hunger >= game.MaxHunger:
-			a.p.Health--
-		case a.p.Hunger < game.MaxHunger/2 && a.p.Health < game.MaxHealth && (t/a.cfg.HungerTicks)%2 == 0:
-			a.p.Health++
-		}
-	}
+	game.Metabolize(a.cfg, &a.p, t)
 	if a.p.Health <= 0 {
 		events = append(events, a.die(t, ""))
 	}
@@ -140,64 +123,46 @@ func (a *Avatar) Step(mx, my int8) []game.Event {
 
 // die kills the player at tick t; killer may be empty (starvation).
 func (a *Avatar) die(t uint64, killer game.PlayerID) game.Event {
-	a.p.Health, a.p.Alive, a.p.Vel = 0, false, game.Vec{}
-	a.p.Deaths++
-	a.p.RespawnAt = t + max(a.cfg.RespawnTicks, 1)
-	a.p.Score = max(a.p.Score-5, 0)
-	return game.Event{Tick: t, Kind: game.EventDied, Player: a.p.ID, Other: killer}
+	return game.Kill(a.cfg, &a.p, t, killer)
 }
 
 // Feed applies units of nutrition the coordinator committed.
 func (a *Avatar) Feed(units int32) { game.FeedPlayer(&a.p, units) }
 
 // Heal applies a health pack the coordinator committed.
-func (a *Avatar) Heal(amount int32) {
-	if a.p.Alive {
-		a.p.Health = min(a.p.Health+max(amount, 0), game.MaxHealth)
-	}
-}
+func (a *Avatar) Heal(amount int32) { game.Heal(&a.p, amount) }
 
 // Damage takes amount of health, dealt by by; it reports the death event
 // if the blow was fatal.
 func (a *Avatar) Damage(amount int32, by game.PlayerID) (game.Event, bool) {
-	if !a.p.Alive || amount <= 0 {
-		return game.Event{}, false
-	}
-	a.p.Health -= amount
-	if a.p.Health > 0 {
+	if !a.p.Alive || amount <= 0 || !game.ApplyDamage(&a.p, amount) {
 		return game.Event{}, false
 	}
 	return a.die(a.world.Tick(), by), true
 }
 
 // Rewarded credits the player for defeating another, as game.World does.
-func (a *Avatar) Rewarded() {
-	a.p.Score += 10
-	a.p.Skill = min(a.p.Skill+1, game.MaxSkill)
-}
+func (a *Avatar) Rewarded() { game.Reward(&a.p) }
 
 // Fighter is the player's fight-relevant state.
 func (a *Avatar) Fighter() game.Fighter { return game.Fighter{Skill: a.p.Skill, Health: a.p.Health} }
 
 // TryEat reports whether the eat cooldown has passed, and starts it.
 func (a *Avatar) TryEat() bool {
-	if !a.p.Alive || a.world.Tick() < a.p.EatReadyAt {
+	if !game.EatReady(a.p, a.world.Tick()) {
 		return false
 	}
-	a.p.EatReadyAt = a.world.Tick() + a.cfg.ActionCooldownTicks
+	game.StartEatCooldown(a.cfg, &a.p, a.world.Tick())
 	return true
 }
 
 // TryFight reports whether the fight cooldown has passed; if so it starts
 // it and returns the counter of the new fight.
 func (a *Avatar) TryFight() (uint64, bool) {
-	if !a.p.Alive || a.world.Tick() < a.p.FightReadyAt {
+	if !game.FightReady(a.p, a.world.Tick()) {
 		return 0, false
 	}
-	a.p.FightReadyAt = a.world.Tick() + a.cfg.ActionCooldownTicks
-	c := a.p.FightCounter
-	a.p.FightCounter++
-	return c, true
+	return game.StartFight(a.cfg, &a.p, a.world.Tick()), true
 }
 
 // Nearest returns the nearest object of kind with something left within

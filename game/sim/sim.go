@@ -321,8 +321,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			a := &actor{
 				p: p, self: p.node.ID(), mn: mn, store: rsvc.Client(), rsvc: rsvc, grid: grid, game: g, food: food,
 				stats: stats, latency: latencyOf, eatEvery: cfg.EatEvery, fightEvery: cfg.FightEvery,
-				seed: cfg.Seed*2_000_003 + uint64(i), health: game.MaxHealth, skill: 10, attackers: map[peer.ID]attackSeen{},
+				seed: cfg.Seed*2_000_003 + uint64(i), attackers: map[peer.ID]attackSeen{},
 			}
+			a.me = game.NewPlayer(game.PlayerID(a.self.String()), "bot", game.Vec{})
 			p.host.SetStreamHandler(play.FightProtocol, a.handleFight)
 			actors = append(actors, a)
 		}

@@ -40,6 +40,11 @@ import (
 //     player it sees in its region (else one in sight), the defender admits
 //     the attack if it is alive, sees the attacker, and the fight counter
 //     and cooldown are respected, and both sides compute the outcome.
+//   - A bot's bars follow the game's own rules: it keeps a game.Player and
+//     runs game.Metabolize, ApplyDamage, Kill, Revive, Reward, FeedPlayer
+//     and the fight cooldown on it against the wall-clock tick, catching
+//     up tick by tick whenever it acts (liveLocked), as World.Advance does
+//     every tick. Its position is the walker's.
 //
 // Before a bot touches a region it connects to the region's coordinator and
 // replica as placement over the directory names them and waits until its
@@ -161,15 +166,17 @@ type actor struct {
 	fightEvery time.Duration
 	seed       uint64
 
-	mu        sync.Mutex
-	held      regions.Coord
-	holding   bool
-	sub       *regions.Subscription
-	objects   map[int]regions.Object // slot -> newest value seen
-	health    int32
-	skill     int32
-	counter   uint64
-	downUntil time.Time
+	mu      sync.Mutex
+	held    regions.Coord
+	holding bool
+	sub     *regions.Subscription
+	objects map[int]regions.Object // slot -> newest value seen
+	// me is the bot's character as the game's rules see it (bars, deaths,
+	// fight counter and cooldown; its position is the walker's and is not
+	// kept here). The rules are game's own functions, run against the
+	// shared wall-clock tick; lived is the last tick they were run for.
+	me        game.Player
+	lived     uint64
 	attackers map[peer.ID]attackSeen
 	subWG     sync.WaitGroup
 	stopSub   context.CancelFunc
@@ -346,7 +353,8 @@ func classify(err error) string {
 
 func (a *actor) feed() {
 	a.mu.Lock()
-	a.health = min(a.health+1, game.MaxHealth)
+	a.liveLocked(time.Now())
+	game.FeedPlayer(&a.me, 1)
 	a.mu.Unlock()
 }
 
@@ -537,25 +545,45 @@ func (a *actor) locate(ctx context.Context, c regions.Coord) error {
 
 // --- fighting --------------------------------------------------------------
 
-// respawnAfter is how long a defeated bot stays down.
-const respawnAfter = 3 * time.Second
-
 func (a *actor) alive(now time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.aliveLocked(now)
+	return a.liveLocked(now)
 }
 
-// aliveLocked reports whether the bot is up, respawning it at full health
-// once its time down is over. Caller holds a.mu.
-func (a *actor) aliveLocked(now time.Time) bool {
-	if a.health > 0 {
-		return true
+// maxCatchUpTicks bounds how many ticks of the rules liveLocked runs at
+// once (a bot is never idle that long; the bound only caps the loop).
+const maxCatchUpTicks = 1 << 16
+
+// liveLocked runs the game's per-player rules (respawn, hunger,
+// starvation) for every tick since the last call up to now's wall-clock
+// tick, as World.Advance runs them each tick, and reports whether the bot
+// is alive. A respawned bot stays where its walker is. Caller holds a.mu.
+func (a *actor) liveLocked(now time.Time) bool {
+	wt := a.wallTick(now)
+	if a.lived == 0 || wt-a.lived > maxCatchUpTicks {
+		a.lived = wt - min(wt, 1)
 	}
-	if now.Before(a.downUntil) {
+	for ; a.lived < wt; a.lived++ {
+		t := a.lived + 1
+		if game.RespawnDue(a.me, t) {
+			game.Revive(&a.me, a.me.Pos)
+		}
+		game.Metabolize(a.game, &a.me, t)
+		if a.me.Alive && a.me.Health <= 0 {
+			game.Kill(a.game, &a.me, t, "")
+		}
+	}
+	return a.me.Alive
+}
+
+// takeDamage applies a blow dealt by player by with the game's damage and
+// death rules and reports whether it was fatal. Caller holds a.mu.
+func (a *actor) takeDamage(now time.Time, amount int32, by game.PlayerID) bool {
+	if !a.me.Alive || amount <= 0 || !game.ApplyDamage(&a.me, amount) {
 		return false
 	}
-	a.health = game.MaxHealth
+	game.Kill(a.game, &a.me, a.wallTick(now), by)
 	return true
 }
 
@@ -580,21 +608,25 @@ func (a *actor) fight(ctx context.Context) {
 	}
 	sort.Slice(mine, func(i, j int) bool { return mine[i] < mine[j] })
 	a.mu.Lock()
-	if !a.aliveLocked(now) {
+	if !a.liveLocked(now) {
 		a.mu.Unlock()
 		a.stats.count("fight", "refused: bot is down")
 		return
 	}
-	target := mine[int((a.counter+a.seed)%uint64(len(mine)))]
-	counter := a.counter
-	a.counter++
-	me := game.Fighter{Skill: a.skill, Health: a.health}
+	if !game.FightReady(a.me, a.wallTick(now)) {
+		a.mu.Unlock()
+		a.stats.count("fight", "refused: cooling down")
+		return
+	}
+	target := mine[int((a.me.FightCounter+a.seed)%uint64(len(mine)))]
+	counter := game.StartFight(a.game, &a.me, a.wallTick(now))
+	me := game.Fighter{Skill: a.me.Skill, Health: a.me.Health}
 	a.mu.Unlock()
 
 	attacker, defender := game.PlayerID(a.self.String()), game.PlayerID(target.String())
 	// The defender's state as last seen: bots publish no cards, so the
 	// attacker assumes a fresh player, as game/play does without a card.
-	msg := play.NewAttack(attacker, defender, counter, me, game.Fighter{Skill: 10, Health: game.MaxHealth})
+	msg := play.NewAttack(attacker, defender, counter, me, game.FreshFighter())
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	out, err := play.SendAttack(fctx, a.p.host, target, msg)
 	cancel()
@@ -611,14 +643,9 @@ func (a *actor) fight(ctx context.Context) {
 	}
 	rec := play.SettleAttack(attacker, defender, counter, me, out)
 	a.mu.Lock()
-	if rec.Mine.AttackerDamage > 0 && a.health > 0 {
-		a.health -= rec.Mine.AttackerDamage
-		if a.health <= 0 {
-			a.health, a.downUntil = 0, time.Now().Add(respawnAfter)
-		}
-	}
+	a.takeDamage(time.Now(), rec.Mine.AttackerDamage, defender)
 	if rec.DefenderDied {
-		a.skill = min(a.skill+1, game.MaxSkill)
+		game.Reward(&a.me)
 	}
 	a.mu.Unlock()
 	if rec.Mismatch {
@@ -654,7 +681,7 @@ func (a *actor) handleFight(s network.Stream) {
 	last, known := a.attackers[from]
 	var why string
 	switch {
-	case !a.aliveLocked(now):
+	case !a.liveLocked(now):
 		why = "the defender is down"
 	case !inSight:
 		why = "the attacker is not in sight"
@@ -672,13 +699,9 @@ func (a *actor) handleFight(s network.Stream) {
 		return
 	}
 	a.attackers[from] = attackSeen{counter: att.Counter, at: now}
-	out, rec := play.DefendAttack(game.PlayerID(from.String()), game.PlayerID(a.self.String()), att, game.Fighter{Skill: a.skill, Health: a.health})
-	if rec.Mine.Hit {
-		a.health -= rec.Mine.DefenderDamage
-		if a.health <= 0 {
-			a.health, a.downUntil = 0, now.Add(respawnAfter)
-			out.DefenderDied = true
-		}
+	out, rec := play.DefendAttack(game.PlayerID(from.String()), game.PlayerID(a.self.String()), att, game.Fighter{Skill: a.me.Skill, Health: a.me.Health})
+	if rec.Mine.Hit && a.takeDamage(now, rec.Mine.DefenderDamage, rec.Attacker) {
+		out.DefenderDied = true
 	}
 	a.mu.Unlock()
 	a.stats.count("defend", "fought")
