@@ -19,9 +19,14 @@ import (
 // (uniform in [0, P)). So a fraction Fe(d) = E_σ[F(d+σ)] of commands is in
 // time for delay d, F being the latency distribution.
 //
-//   - The last delay covers the tail: dk = Quantile(q) + P (q = 0.999 by
-//     default), at most CRIMP's history; commands later than that are too
-//     late for every state.
+//   - The last delay covers the tail: dk = Quantile(q) + P, at most CRIMP's
+//     history; commands later than that are too late for every state.
+//     MIRROR_MODE.md takes q = 0.999; we cover the whole observed tail
+//     (q = 1) by default instead: a too-late command makes the mirrors'
+//     last states differ and costs a resync, CRIMP's history bounds the
+//     tail anyway, and a longer dk costs little (only the last state's
+//     rollbacks of the state ahead re-execute more). Quantile = 0.999
+//     restores the document's rule.
 //   - A command in time for state i but not for state i-1 (a fraction
 //     Fe(di) - Fe(di-1)) ran out of order in states 0..i-1; with
 //     probability p it makes a difference state i detects. State i then
@@ -163,7 +168,8 @@ type DelayModel struct {
 	// History is CRIMP's history: the last delay never exceeds it (0: no
 	// bound).
 	History time.Duration
-	// Quantile of the latency the last delay covers (default 0.999).
+	// Quantile of the latency the last delay covers (default 1: the
+	// largest observed; MIRROR_MODE.md's rule is 0.999).
 	Quantile float64
 	// Step is the grid of inner delays (default 5 ms, coarser if the range
 	// would make the search large).
@@ -182,7 +188,7 @@ func (m DelayModel) withDefaults() DelayModel {
 	}
 	m.MaxTrailing = min(m.MaxTrailing, MaxStates-1)
 	if m.Quantile <= 0 || m.Quantile > 1 {
-		m.Quantile = 0.999
+		m.Quantile = 1
 	}
 	if m.Step <= 0 {
 		m.Step = 5 * time.Millisecond

@@ -49,8 +49,18 @@ func TestChooseDelays(t *testing.T) {
 	if k < 1 || k > 4 {
 		t.Fatalf("%d trailing states", k)
 	}
-	if !c.TailCovered || c.Delays[k] < c.Tail+m.TickPeriod || c.Tail != m.Latency.Quantile(0.999) {
-		t.Fatalf("last delay %v does not cover the p99.9 tail %v plus a tick", c.Delays[k], c.Tail)
+	if !c.TailCovered || c.Delays[k] < c.Tail+m.TickPeriod || c.Tail != m.Latency.Quantile(1) || m.Predict(c.Delays).TooLate != 0 {
+		t.Fatalf("last delay %v does not cover the largest latency %v plus a tick", c.Delays[k], c.Tail)
+	}
+	// MIRROR_MODE.md's rule, p99.9 + one tick, on request.
+	m999 := m
+	m999.Quantile = 0.999
+	c999, err := ChooseDelays(m999)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := c999.Delays[len(c999.Delays)-1]; c999.Tail != m.Latency.Quantile(0.999) || last < c999.Tail+m.TickPeriod || last > c999.Tail+m.TickPeriod+time.Millisecond {
+		t.Fatalf("with q=0.999: last delay %v, tail %v", last, c999.Tail)
 	}
 	if c.Delays[0] != 0 || c.Delays[1]-c.Delays[0] > 100*time.Millisecond {
 		t.Fatalf("first gap %v over 100 ms", c.Delays[1]-c.Delays[0])

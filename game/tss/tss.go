@@ -397,11 +397,14 @@ func (s *Synchronizer[S, C, R]) rollback(to, from int, t uint64, at int64, why s
 	start := s.cost()
 	dst.state.CopyFrom(src.state)
 	dst.pending = append(dst.pending[:0], src.pending...)
-	// dst's history up to t is now src's: take src's records of those
-	// ticks, which a later rollback of src would re-execute and compare.
-	for _, sl := range src.ring {
-		if sl.ok && sl.tick <= t {
-			dst.ring[sl.tick%uint64(len(dst.ring))] = sl
+	// dst's history up to t is now src's: take src's records of the ticks
+	// a later rollback of src could re-execute and compare, those after the
+	// tick of the state behind src (none if src is the last).
+	if from+1 < len(s.lanes) {
+		for u := s.lanes[from+1].state.Tick() + 1; u <= t; u++ {
+			if sl, ok := src.record(u); ok {
+				dst.ring[u%uint64(len(dst.ring))] = *sl
+			}
 		}
 	}
 	s.metrics.rollbackNanos.Add(int64(s.cost() - start))
