@@ -151,10 +151,10 @@ type Row struct {
 	CmdCost   time.Duration   `json:"cmd_cost_ns"`
 	RbCost    time.Duration   `json:"rollback_cost_ns"`
 	RbPer1000 float64         `json:"rollbacks_per_1000"`
-	XCmds     float64         `json:"x_cmds"`     // executed / commands seen
-	TooLate   uint64          `json:"too_late"`   // commands later than the last delay
-	InOrder   bool            `json:"in_order"`   // the last state ended equal to the in-order run
-	MaxDepth  uint64          `json:"max_depth"`  // most ticks one rollback re-executed
+	XCmds     float64         `json:"x_cmds"`    // executed / commands seen
+	TooLate   uint64          `json:"too_late"`  // commands later than the last delay
+	InOrder   bool            `json:"in_order"`  // the last state ended equal to the in-order run
+	MaxDepth  uint64          `json:"max_depth"` // most ticks one rollback re-executed
 	ByState   []uint64        `json:"rollbacks_by_state"`
 	Paper     *PaperRow       `json:"paper,omitempty"`
 	Predicted *tss.Cost       `json:"predicted,omitempty"` // the model's view (ChooseDelays row)
