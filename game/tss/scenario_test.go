@@ -33,6 +33,10 @@ import (
 //	states                      every state's tick, positions and shots
 //	reference                   each state against the in-order run of the accepted commands
 //	metrics                     the counters
+//	expect [rollbacks=N] [by1=N ...] [too-late=N] [duplicates=N] [future=N] [overflow=N] [inorder]
+//	                            checks counters (by<i>: rollbacks found by state i) and, with
+//	                            inorder, that every state equals the in-order run; a failed
+//	                            expectation fails the test even with -update
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/scenarios")
 
@@ -101,6 +105,9 @@ func runScenarioFile(t *testing.T, path string) {
 		got, err := env.run(b.cmd)
 		if err != nil {
 			got = "error: " + err.Error()
+			if strings.HasPrefix(b.cmd, "expect") {
+				t.Errorf("%s block %d: %s: %v", path, i+1, b.cmd, err)
+			}
 		}
 		got = strings.TrimRight(got, "\n")
 		if got == "" {
@@ -323,6 +330,49 @@ func (e *scenarioEnv) run(line string) (string, error) {
 			fmt.Fprintf(&b, "state %d %s the in-order reference at tick %d\n", i, verdict, s.Tick())
 		}
 		return b.String(), nil
+	case "expect":
+		m := e.sync.Metrics()
+		c := m.Counters()
+		var failed []string
+		for k, v := range args {
+			if k == "inorder" {
+				continue
+			}
+			want, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return "", fmt.Errorf("expect %s=%q: %w", k, v, err)
+			}
+			var got uint64
+			switch {
+			case strings.HasPrefix(k, "by"):
+				i, err := strconv.Atoi(k[2:])
+				if err != nil {
+					return "", fmt.Errorf("expect %s: %w", k, err)
+				}
+				got = m.RollbacksBy(i)
+			case k == "too-late":
+				got = c["too_late"]
+			default:
+				var ok bool
+				if got, ok = c[k]; !ok {
+					return "", fmt.Errorf("expect: no counter %q", k)
+				}
+			}
+			if got != want {
+				failed = append(failed, fmt.Sprintf("%s=%d, want %d", k, got, want))
+			}
+		}
+		if args["inorder"] == "true" {
+			out, _ := e.run("reference")
+			if strings.Contains(out, "DIFFERS") {
+				failed = append(failed, "not every state equals the in-order run:\n"+out)
+			}
+		}
+		slices.Sort(failed)
+		if len(failed) > 0 {
+			return "", fmt.Errorf("%s", strings.Join(failed, "; "))
+		}
+		return "ok", nil
 	case "metrics":
 		m := e.sync.Metrics()
 		c := m.Counters()
