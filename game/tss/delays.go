@@ -299,6 +299,7 @@ func ChooseDelays(m DelayModel) (DelayChoice, error) {
 	// states is the largest search.
 	const maxGrid = 64
 	step := max(m.Step, (dk-d0+maxGrid-1)/maxGrid)
+	step = (step + time.Millisecond - 1) / time.Millisecond * time.Millisecond
 	grid := []time.Duration{d0}
 	for d := d0 + step; d < dk; d += step {
 		grid = append(grid, d)

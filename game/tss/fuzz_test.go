@@ -92,23 +92,28 @@ func checkSyncInvariants(t *testing.T, s *fxSync, maxPending int) {
 		t.Fatalf("%d retired keys remembered (%d in the set), bound %d", len(s.retired), len(s.retiredSet), maxPending)
 	}
 	last := s.lanes[len(s.lanes)-1]
-	if len(last.pending) != len(s.keys) {
-		t.Fatalf("last state has %d pending, %d keys", len(last.pending), len(s.keys))
+	if len(s.all) != len(s.keys) || len(last.late) != 0 {
+		t.Fatalf("%d commands listed, %d keys, %d late for the last state", len(s.all), len(s.keys), len(last.late))
+	}
+	if !slices.IsSortedFunc(s.all, compareEntries[fxCmd]) {
+		t.Fatal("shared list not in canonical order")
+	}
+	for _, e := range s.all {
+		if e.tick <= last.state.Tick() {
+			t.Fatalf("the last state passed tick %d of a listed command (%d)", e.tick, last.state.Tick())
+		}
 	}
 	for i, l := range s.lanes {
-		if !slices.IsSortedFunc(l.pending, compareEntries[fxCmd]) {
-			t.Fatalf("state %d: pending not in canonical order", i)
+		if !slices.IsSortedFunc(l.late, compareEntries[fxCmd]) {
+			t.Fatalf("state %d: late commands not in canonical order", i)
 		}
-		if len(l.pending) > maxPending {
-			t.Fatalf("state %d: %d pending", i, len(l.pending))
+		for _, e := range l.late {
+			if e.tick > l.state.Tick() {
+				t.Fatalf("state %d at tick %d holds a command of tick %d as late", i, l.state.Tick(), e.tick)
+			}
 		}
 		if i > 0 && l.state.Tick() > s.lanes[i-1].state.Tick() {
 			t.Fatalf("state %d at tick %d is ahead of state %d at %d", i, l.state.Tick(), i-1, s.lanes[i-1].state.Tick())
-		}
-	}
-	for _, e := range last.pending {
-		if e.tick <= last.state.Tick() {
-			t.Fatalf("last state holds a command of tick %d it has passed (%d)", e.tick, last.state.Tick())
 		}
 	}
 }

@@ -311,7 +311,7 @@ func (e *scenarioEnv) run(line string) (string, error) {
 		var b strings.Builder
 		for i := range e.sync.States() {
 			s := e.sync.State(i)
-			fmt.Fprintf(&b, "state %d (d=%v) tick=%d pos=%v shots=%v pending=%d\n", i, e.cfg.Delays[i], s.tick, s.pos, s.shots, len(e.sync.lanes[i].pending))
+			fmt.Fprintf(&b, "state %d (d=%v) tick=%d pos=%v shots=%v pending=%d\n", i, e.cfg.Delays[i], s.tick, s.pos, s.shots, e.sync.pendingOf(i))
 		}
 		return b.String(), nil
 	case "reference":

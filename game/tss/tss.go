@@ -1,6 +1,7 @@
 package tss
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -134,13 +135,16 @@ type slot[R any] struct {
 	hash [32]byte
 }
 
-// lane is one state of the chain with its delay, the commands it has not
-// executed yet (canonical order) and its recent records.
+// lane is one state of the chain with its delay, its recent records and
+// the commands that arrived after it had passed their tick (canonical
+// order; it runs them in its next tick). The commands it has not executed
+// are those late ones plus every command of the shared list after its
+// tick.
 type lane[S any, C Command, R any] struct {
-	state   S
-	delay   time.Duration
-	pending []*entry[C]
-	ring    []slot[R]
+	state S
+	delay time.Duration
+	late  []*entry[C]
+	ring  []slot[R]
 }
 
 func (l *lane[S, C, R]) record(t uint64) (*slot[R], bool) {
@@ -172,8 +176,10 @@ type Synchronizer[S State[S, C, R], C Command, R Record[R]] struct {
 	clock   func() time.Duration
 
 	// intake's pending commands are those the last state has not
-	// executed; they become final when it does.
+	// executed; they become final when it does. all holds them in
+	// canonical order, shared by every state (see lane).
 	intake[C]
+	all []*entry[C]
 
 	now       int64
 	started   bool
@@ -240,6 +246,14 @@ func (s *Synchronizer[S, C, R]) States() int { return len(s.lanes) }
 // last state.
 func (s *Synchronizer[S, C, R]) Pending() int { return len(s.keys) }
 
+// pendingOf is how many commands state i has not executed.
+func (s *Synchronizer[S, C, R]) pendingOf(i int) int {
+	l := s.lanes[i]
+	t := l.state.Tick()
+	n, _ := slices.BinarySearchFunc(s.all, t+1, func(e *entry[C], t uint64) int { return cmp.Compare(e.tick, t) })
+	return len(l.late) + len(s.all) - n
+}
+
 // Now is the latest time the synchronizer was given.
 func (s *Synchronizer[S, C, R]) Now() int64 { return s.now }
 
@@ -256,9 +270,10 @@ func (s *Synchronizer[S, C, R]) Deliver(c C, now int64) Verdict {
 	if v != Accepted {
 		return v
 	}
+	s.all = insertEntry(s.all, e)
 	for i, l := range s.lanes {
-		l.pending = insertEntry(l.pending, e)
 		if e.tick <= l.state.Tick() {
+			l.late = insertEntry(l.late, e)
 			s.metrics.outOfOrder[i].Add(1)
 		}
 	}
@@ -316,16 +331,21 @@ func (s *Synchronizer[S, C, R]) advance(now int64, inclusive bool) {
 func (s *Synchronizer[S, C, R]) step(i int, at int64) {
 	l := s.lanes[i]
 	t := l.state.Tick() + 1
-	n := 0
-	for n < len(l.pending) && l.pending[n].tick <= t {
-		n++
-	}
+	// The late commands (all of earlier ticks, so earlier in canonical
+	// order), then the tick's own.
 	s.batch = s.batch[:0]
-	for _, e := range l.pending[:n] {
+	for _, e := range l.late {
 		s.batch = append(s.batch, e.cmd)
 	}
-	executed := l.pending[:n]
-	l.pending = l.pending[n:]
+	first, _ := slices.BinarySearchFunc(s.all, t, func(e *entry[C], t uint64) int { return cmp.Compare(e.tick, t) })
+	end := first
+	for end < len(s.all) && s.all[end].tick == t {
+		s.batch = append(s.batch, s.all[end].cmd)
+		end++
+	}
+	n := len(s.batch)
+	clear(l.late)
+	l.late = l.late[:0]
 
 	start := s.cost()
 	rec := l.state.Advance(s.batch)
@@ -343,7 +363,10 @@ func (s *Synchronizer[S, C, R]) step(i int, at int64) {
 
 	last := i == len(s.lanes)-1
 	if last {
-		s.retire(executed)
+		// The last state is never late: every command up to t is final.
+		s.retire(s.all[:end])
+		clear(s.all[:end])
+		s.all = s.all[end:]
 		if t%s.cfg.CheckpointTicks == 0 {
 			cp := Checkpoint{Tick: t, Hash: l.state.Hash()}
 			s.metrics.Checkpoints.Add(1)
@@ -357,7 +380,6 @@ func (s *Synchronizer[S, C, R]) step(i int, at int64) {
 			}
 		}
 	}
-	clear(executed)
 
 	var hash [32]byte
 	if s.cfg.CheckHash {
@@ -385,9 +407,9 @@ func (s *Synchronizer[S, C, R]) step(i int, at int64) {
 }
 
 // rollback copies state from onto state to (its leader), which has just
-// been found to disagree at tick t, hands it from's pending commands (its
-// own after t go back to pending that way) and re-executes it up to the
-// tick it had reached. The re-execution is checked against the state ahead
+// been found to disagree at tick t, hands it from's late commands (its own
+// commands after t are pending again by the shared list, since its tick is
+// now t) and re-executes it up to the tick it had reached. The re-execution is checked against the state ahead
 // of to, so rollbacks cascade to the leading state; and since to now agrees
 // with from on every command up to the present, this one rollback at t
 // cancels any other difference in (t, now].
@@ -396,7 +418,11 @@ func (s *Synchronizer[S, C, R]) rollback(to, from int, t uint64, at int64, why s
 	target := dst.state.Tick()
 	start := s.cost()
 	dst.state.CopyFrom(src.state)
-	dst.pending = append(dst.pending[:0], src.pending...)
+	// src has just run its tick, so its late list is empty: the requeue
+	// the paper pays for (commands after t pending again) costs nothing,
+	// since dst's tick is now t and the shared list holds them.
+	clear(dst.late)
+	dst.late = append(dst.late[:0], src.late...)
 	// dst's history up to t is now src's: take src's records of the ticks
 	// a later rollback of src could re-execute and compare, those after the
 	// tick of the state behind src (none if src is the last).
@@ -477,9 +503,6 @@ func (s *Synchronizer[S, C, R]) applyDelays(delays []time.Duration) {
 //   - Record rings are resized to cover the new gaps and keep the records
 //     they hold, so comparisons go on across the change; a tick whose
 //     leader record is missing is skipped and counted as Unchecked.
-//   - Commands the new last state has executed are retired (a shorter last
-//     delay makes commands late sooner; a longer one takes effect once the
-//     paused last state has waited out the difference).
 //
 // Mirrors of one game should change the last delay together: a command
 // that is too late on one mirror and in time on another makes their last
@@ -496,7 +519,6 @@ func (s *Synchronizer[S, C, R]) SetDelays(now int64, delays []time.Duration) err
 	}
 	s.advance(now, false)
 	old := s.lanes
-	known := old[len(old)-1].pending
 	src := make([]int, len(delays))
 	for j, d := range delays {
 		src[j] = len(old) - 1
@@ -527,7 +549,7 @@ func (s *Synchronizer[S, C, R]) SetDelays(now int64, delays []time.Duration) err
 		st.CopyFrom(from.state)
 		s.metrics.rollbackNanos.Add(int64(s.cost() - start))
 		s.metrics.Copies.Add(1)
-		lanes[j] = &lane[S, C, R]{state: st, pending: slices.Clone(from.pending), ring: slices.Clone(from.ring)}
+		lanes[j] = &lane[S, C, R]{state: st, late: slices.Clone(from.late), ring: slices.Clone(from.ring)}
 	}
 	for i, j := range owner {
 		lanes[j] = old[i]
@@ -535,9 +557,6 @@ func (s *Synchronizer[S, C, R]) SetDelays(now int64, delays []time.Duration) err
 	s.lanes = lanes
 	s.cfg = cfg
 	s.applyDelays(cfg.Delays)
-	// The last state may now be another, further ahead: retire what it has
-	// executed.
-	s.rekey(s.lanes[len(s.lanes)-1].pending, known)
 	s.metrics.Reconfigured.Add(1)
 	return nil
 }
@@ -553,7 +572,7 @@ func (s *Synchronizer[S, C, R]) Reset(state S) error {
 	if s.evicted > t {
 		return fmt.Errorf("tss reset: state at tick %d is older than the retained commands (a command of tick %d is forgotten)", t, s.evicted)
 	}
-	known := slices.Clone(s.lanes[len(s.lanes)-1].pending)
+	known := s.all
 	again := slices.DeleteFunc(slices.Clone(known), func(e *entry[C]) bool { return e.tick <= t })
 	back := s.unretire(t)
 	again = append(again, back...)
@@ -562,9 +581,11 @@ func (s *Synchronizer[S, C, R]) Reset(state S) error {
 	for _, l := range s.lanes {
 		l.state.CopyFrom(state)
 		s.metrics.Copies.Add(1)
-		l.pending = slices.Clone(again)
+		clear(l.late)
+		l.late = l.late[:0]
 		clear(l.ring)
 	}
+	s.all = again
 	s.rekey(again, known)
 	s.metrics.Resets.Add(1)
 	return nil

@@ -492,8 +492,8 @@ func goals(r *Report) ([]Check, [2]float64) {
 	out = append(out, Check{
 		Name: "ChooseDelays: rollback time at or below the best of the paper's configurations that lose no command, on this trace",
 		OK:   bestRb >= 0 && choice.RbTime <= bestRb,
-		Note: fmt.Sprintf("%s vs %s (%s); rollbacks %d vs %d, total %.3f s vs %.3f s; best of all seven, too-late drops included: %s",
-			dur(choice.RbTime), dur(bestRb), best.Label, choice.Rollbacks, best.Rollbacks, choice.Total.Seconds(), best.Total.Seconds(), dur(bestAll)),
+		Note: fmt.Sprintf("%s vs %s (%s); rollbacks %d vs %d, total %s vs %s; best of all seven, too-late drops included: %s",
+			dur(choice.RbTime), dur(bestRb), best.Label, choice.Rollbacks, best.Rollbacks, dur(choice.Total), dur(best.Total), dur(bestAll)),
 	})
 	return out, ratio
 }
@@ -511,8 +511,8 @@ func (r *Report) WriteText(w io.Writer) {
 		c.Link.Delay, c.Link.Jitter, c.Link.Loss*100, c.History)
 	fmt.Fprintf(w, "remote latency at mirror %d: mean %s, p50 %s, p99 %s, p99.9 %s, max %s; weak margin %d units\n\n",
 		c.Observer, dur(a.Mean), dur(a.P50), dur(a.P99), dur(a.P999), dur(a.Max), c.WeakMargin)
-	fmt.Fprintf(w, "%-16s | %16s | %15s | %13s | %15s | %15s | %15s | %13s | %11s | %5s %3s %7s\n",
-		"delays ms", "executed", "exec s", "rollbacks", "rollback s", "cmd cost", "rb cost", "rb/1000", "x cmds", "late", "ok", "depth")
+	fmt.Fprintf(w, "%-16s | %16s | %17s | %13s | %17s | %15s | %15s | %13s | %11s | %5s %3s %7s\n",
+		"delays ms", "executed", "exec time", "rollbacks", "rollback time", "cmd cost", "rb cost", "rb/1000", "x cmds", "late", "ok", "depth")
 	paper := func(p *PaperRow, f func(PaperRow) string) string {
 		if p == nil {
 			return "-"
@@ -525,12 +525,12 @@ func (r *Report) WriteText(w io.Writer) {
 		if !row.InOrder {
 			ok = "NO"
 		}
-		fmt.Fprintf(w, "%-16s | %7d %8s | %6.3f %8s | %5d %7s | %6.3f %8s | %6s %8s | %6s %8s | %5.1f %7s | %4.2f %6s | %5d %3s %7d\n",
+		fmt.Fprintf(w, "%-16s | %7d %8s | %8s %8s | %5d %7s | %8s %8s | %6s %8s | %6s %8s | %5.1f %7s | %4.2f %6s | %5d %3s %7d\n",
 			row.Label,
 			row.Executed, paper(p, func(p PaperRow) string { return fmt.Sprint(p.Executed) }),
-			row.ExecTime.Seconds(), paper(p, func(p PaperRow) string { return fmt.Sprintf("%.3f", p.ExecSeconds) }),
+			dur(row.ExecTime), paper(p, func(p PaperRow) string { return fmt.Sprintf("%.3fs", p.ExecSeconds) }),
 			row.Rollbacks, paper(p, func(p PaperRow) string { return fmt.Sprint(p.Rollbacks) }),
-			row.RbTime.Seconds(), paper(p, func(p PaperRow) string { return fmt.Sprintf("%.3f", p.RollbackSecs) }),
+			dur(row.RbTime), paper(p, func(p PaperRow) string { return fmt.Sprintf("%.3fs", p.RollbackSecs) }),
 			dur(row.CmdCost), paper(p, func(p PaperRow) string { return fmt.Sprintf("%.2fms", p.ExecSeconds*1000/float64(p.Executed)) }),
 			dur(row.RbCost), paper(p, func(p PaperRow) string { return fmt.Sprintf("%.2fms", p.RollbackSecs*1000/float64(p.Rollbacks)) }),
 			row.RbPer1000, paper(p, func(p PaperRow) string { return fmt.Sprintf("%.1f", float64(p.Rollbacks)/PaperCommands*1000) }),
@@ -539,11 +539,11 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintln(w, "(each cell: ours, then the paper's; cmd cost = exec time / executed, rb cost = rollback time / rollbacks; a rollback is one state copy plus requeue)")
 	tw := r.Warp
-	fmt.Fprintf(w, "\nTime Warp (snapshot before every tick with commands, restore on a straggler, window %v): %d executed, %d snapshots + %d restores = %d copies, exec %.3f s + copies %.3f s = %.3f s, in order: %v\n",
-		c.History, tw.Executed, tw.Snapshots, tw.Restores, tw.Copies, tw.ExecTime.Seconds(), tw.CopyTime.Seconds(), tw.Total.Seconds(), tw.InOrder)
+	fmt.Fprintf(w, "\nTime Warp (snapshot before every tick with commands, restore on a straggler, window %v): %d executed, %d snapshots + %d restores = %d copies, exec %s + copies %s = %s, in order: %v\n",
+		c.History, tw.Executed, tw.Snapshots, tw.Restores, tw.Copies, dur(tw.ExecTime), dur(tw.CopyTime), dur(tw.Total), tw.InOrder)
 	for _, row := range r.Rows {
-		fmt.Fprintf(w, "  copies: TSS %-16s %6d vs Time Warp %d: %.0fx fewer; total time %.3f s vs %.3f s\n",
-			row.Label, row.Rollbacks, tw.Copies, float64(tw.Copies)/float64(max(row.Rollbacks, 1)), row.Total.Seconds(), tw.Total.Seconds())
+		fmt.Fprintf(w, "  copies: TSS %-16s %6d vs Time Warp %d: %.0fx fewer; total time %s vs %s\n",
+			row.Label, row.Rollbacks, tw.Copies, float64(tw.Copies)/float64(max(row.Rollbacks, 1)), dur(row.Total), dur(tw.Total))
 	}
 	m := r.Model
 	fmt.Fprintf(w, "\nChooseDelays input (measured here): rate %.1f commands/s, p99.9 latency %s, tick cost %s, copy cost %s, mismatch probability %.2f\n",
