@@ -23,9 +23,9 @@ import (
 // Bounds on what one game may register.
 const (
 	MaxMirrors    = 64
-	MaxIDLen      = 64  // game IDs
-	MaxLabelLen   = 64  // world and mode
-	MaxNameLen    = 80  // display name, bytes of UTF-8
+	MaxIDLen      = 64 // game IDs
+	MaxLabelLen   = 64 // world and mode
+	MaxNameLen    = 80 // display name, bytes of UTF-8
 	MaxCapacity   = 1 << 20
 	MaxAddrLen    = 261 // host (253) + ":" + port, or [IPv6]:port
 	MaxURLLen     = 512
@@ -266,7 +266,9 @@ type RegisterResponse struct {
 }
 
 // Interval is IntervalMS as a duration.
-func (r RegisterResponse) Interval() time.Duration { return time.Duration(r.IntervalMS) * time.Millisecond }
+func (r RegisterResponse) Interval() time.Duration {
+	return time.Duration(r.IntervalMS) * time.Millisecond
+}
 
 // StatusAnswer is what a game's status endpoint answers to
 // GET ?since=v: its current version, and its info if that version is not v.

@@ -317,7 +317,9 @@ func apiErr(code, format string, args ...any) error {
 	return &httpError{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-func internalErr(err error) error { return &httpError{code: CodeInternal, msg: "internal error", cause: err} }
+func internalErr(err error) error {
+	return &httpError{code: CodeInternal, msg: "internal error", cause: err}
+}
 
 // instrument rate-limits (if limit is set), runs h, writes its error,
 // recovers a panic and counts the request.
