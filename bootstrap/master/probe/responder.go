@@ -26,9 +26,10 @@ type ResponderConfig struct {
 	// Load reports the mirror's load in permille (0 idle, 1000 full); nil
 	// reports 0. It is called once per pong and must be cheap.
 	Load func() uint32
-	// PerSource limits pongs per source address (default 20, then 10/s: a
-	// finder sends 5 pings a run); MaxSources bounds that table (default
-	// 4096). Total caps all pongs (default 2000, then 2000/s).
+	// PerSource limits pongs per source address (default 100, then 50/s:
+	// a finder sends 5 pings a run, and players behind one NAT share an
+	// address); MaxSources bounds that table (default 4096). Total caps
+	// all pongs (default 2000, then 2000/s).
 	PerSource  ratelimit.Rate
 	MaxSources int
 	Total      ratelimit.Rate
@@ -41,7 +42,7 @@ type ResponderConfig struct {
 // Validate fills in defaults and checks the values.
 func (c *ResponderConfig) Validate() error {
 	if c.PerSource == (ratelimit.Rate{}) {
-		c.PerSource = ratelimit.Rate{Every: 100 * time.Millisecond, Burst: 20}
+		c.PerSource = ratelimit.Rate{Every: 20 * time.Millisecond, Burst: 100}
 	}
 	if c.MaxSources == 0 {
 		c.MaxSources = 4096

@@ -23,6 +23,7 @@ type Relay struct {
 
 	mu      sync.Mutex
 	up      map[string]*net.UDPConn // client address → socket towards the target
+	order   []string                // clients, oldest first
 	closed  bool
 	pending sync.WaitGroup
 	wg      sync.WaitGroup
@@ -79,13 +80,18 @@ func (r *Relay) upstream(from *net.UDPAddr) *net.UDPConn {
 		return c
 	}
 	if len(r.up) >= maxClients {
-		return nil
+		// Each run of a prober is a new client: forget the oldest.
+		oldest := r.order[0]
+		r.order = r.order[1:]
+		r.up[oldest].Close()
+		delete(r.up, oldest)
 	}
 	c, err := net.DialUDP("udp", nil, r.target)
 	if err != nil {
 		return nil
 	}
 	r.up[from.String()] = c
+	r.order = append(r.order, from.String())
 	r.wg.Go(func() {
 		buf := make([]byte, 2048)
 		for {
