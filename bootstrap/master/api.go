@@ -33,7 +33,6 @@ const (
 	MaxVersion    = 1<<63 - 1 // versions are stored as signed 64-bit
 	maxPageLimit  = 200
 	defaultLimit  = 50
-	maxAfterLen   = MaxIDLen
 	maxFilterFree = MaxCapacity
 )
 

@@ -275,12 +275,18 @@ func (r *Registrar) send(ctx context.Context) {
 	r.mu.Unlock()
 	switch {
 	case err != nil:
+		// The first failure of a run is a warning (an error if only a
+		// configuration change can help); repeats until a success are
+		// debug, so a master down for an hour does not flood the log.
 		var ae *APIError
 		level := slog.LevelWarn
 		if errors.As(err, &ae) && ae.permanent() {
 			level = slog.LevelError
 		}
-		r.log.Log(ctx, level, "registration failed", "err", err, "retry_in", backoff)
+		if wasFailing {
+			level = slog.LevelDebug
+		}
+		r.log.Log(ctx, level, "registration failed; retrying", "master", r.client.URL(), "err", err, "retry_in", backoff)
 	case resp.Created || wasFailing:
 		r.log.Info("game registered", "master", r.client.URL(), "keepalive", resp.KeepAlive, "interval", resp.Interval(), "version", reg.Version)
 	}
