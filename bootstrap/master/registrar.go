@@ -61,6 +61,10 @@ type Registrar struct {
 	version uint64
 	ka      keepAlive
 
+	// watchdogContact is the last contact after the last watchdog
+	// registration (Run's goroutine only).
+	watchdogContact time.Time
+
 	// afterSend, if set (tests), is called after each registration attempt
 	// with the version sent, from Run's goroutine.
 	afterSend func(version uint64, err error)
@@ -260,9 +264,15 @@ func (r *Registrar) send(ctx context.Context) {
 	reg := Registration{Game: r.info.normalized(), Version: r.version, Instance: r.instance,
 		StatusURL: r.cfg.StatusURL, StatusKey: r.cfg.StatusKey}
 	why := r.ka.reason()
+	contact := r.ka.lastContact
 	r.mu.Unlock()
 	if why == reasonWatchdog {
-		r.log.Warn("no keep-alive poll from the master; registering again (a restarted master, or one that cannot reach the status URL)",
+		// Loud once per silence: again only if a poll came in between.
+		level := slog.LevelWarn
+		if contact.Equal(r.watchdogContact) {
+			level = slog.LevelDebug
+		}
+		r.log.Log(ctx, level, "no keep-alive poll from the master; registering again (a restarted master, or one that cannot reach the status URL)",
 			"status_url", r.cfg.StatusURL)
 	}
 	resp, err := r.client.Register(ctx, r.cfg.Token, reg)
@@ -272,6 +282,9 @@ func (r *Registrar) send(ctx context.Context) {
 	r.mu.Lock()
 	wasFailing := r.ka.failing
 	backoff := r.ka.sent(r.cfg.Now(), reg.Version, resp, err)
+	if why == reasonWatchdog {
+		r.watchdogContact = r.ka.lastContact
+	}
 	r.mu.Unlock()
 	switch {
 	case err != nil:
