@@ -454,3 +454,34 @@ func TestStatusEndpoint(t *testing.T) {
 		t.Fatalf("refused updates changed the info: %+v v%d", info, v)
 	}
 }
+
+// A hostile or newer master cannot make a finder probe more mirrors or
+// stranger addresses than a valid registration allows.
+func TestClientDropsInvalidGames(t *testing.T) {
+	huge := testGame("huge", 1)
+	for i := 2; i <= 500; i++ {
+		huge.Mirrors = append(huge.Mirrors, Mirror{ID: uint32(i), ProbeAddr: fmt.Sprintf("10.0.%d.%d:9", i/256, i%256), ClientAddr: "10.0.0.1:9"})
+	}
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/games":
+			writeJSON(w, 200, GameList{Games: []Game{{GameInfo: huge}, {GameInfo: testGame("fine", 2)}}})
+		case "/v1/games/huge":
+			writeJSON(w, 200, Game{GameInfo: huge})
+		case "/v1/games/fine":
+			writeJSON(w, 200, Game{GameInfo: testGame("other", 1)})
+		}
+	}))
+	defer fake.Close()
+	c, _ := NewClient(fake.URL, nil)
+	page, err := c.Games(context.Background(), Filter{})
+	if err != nil || len(page.Games) != 1 || page.Games[0].ID != "fine" {
+		t.Fatalf("list with an invalid game: %+v %v", page, err)
+	}
+	if _, err := c.Game(context.Background(), "huge"); err == nil {
+		t.Fatal("a game of 500 mirrors accepted")
+	}
+	if _, err := c.Game(context.Background(), "fine"); err == nil {
+		t.Fatal("an answer about another game accepted")
+	}
+}

@@ -113,11 +113,38 @@ func (c *Client) Deregister(ctx context.Context, token, id, instance string) err
 	return c.call(ctx, http.MethodDelete, "/v1/games/"+url.PathEscape(id), q, token, nil, nil)
 }
 
-// Games returns one page of the games f selects.
+// Games returns one page of the games f selects. Games that fail
+// validation (a master of another version, or a hostile one) are left
+// out, so a finder never probes more mirrors or stranger addresses than a
+// valid registration allows.
 func (c *Client) Games(ctx context.Context, f Filter) (GameList, error) {
-	var out GameList
-	err := c.call(ctx, http.MethodGet, "/v1/games", f.Values(), "", nil, &out)
-	return out, err
+	var raw json.RawMessage
+	if err := c.call(ctx, http.MethodGet, "/v1/games", f.Values(), "", nil, &raw); err != nil {
+		return GameList{}, err
+	}
+	return decodeGameList(raw)
+}
+
+// decodeGameList reads and checks a page of games from the master.
+func decodeGameList(data []byte) (GameList, error) {
+	var page GameList
+	if err := json.Unmarshal(data, &page); err != nil {
+		return GameList{}, fmt.Errorf("decode game list: %w", err)
+	}
+	if len(page.Games) > maxPageLimit {
+		return GameList{}, fmt.Errorf("master answered %d games, a page holds at most %d", len(page.Games), maxPageLimit)
+	}
+	if page.Next != "" && ValidID(page.Next) != nil {
+		return GameList{}, fmt.Errorf("master answered an invalid next page %q", truncate(page.Next, 40))
+	}
+	valid := page.Games[:0]
+	for _, g := range page.Games {
+		if g.GameInfo.Validate() == nil {
+			valid = append(valid, g)
+		}
+	}
+	page.Games = valid
+	return page, nil
 }
 
 // AllGames follows the pages of f until the last or until it holds max
@@ -146,6 +173,14 @@ func (c *Client) AllGames(ctx context.Context, f Filter, max int) ([]Game, error
 // Game returns one game.
 func (c *Client) Game(ctx context.Context, id string) (Game, error) {
 	var out Game
-	err := c.call(ctx, http.MethodGet, "/v1/games/"+url.PathEscape(id), nil, "", nil, &out)
-	return out, err
+	if err := c.call(ctx, http.MethodGet, "/v1/games/"+url.PathEscape(id), nil, "", nil, &out); err != nil {
+		return Game{}, err
+	}
+	if out.ID != id {
+		return Game{}, fmt.Errorf("asked the master for game %s, it answered %q", id, truncate(out.ID, 40))
+	}
+	if err := out.GameInfo.Validate(); err != nil {
+		return Game{}, fmt.Errorf("master answered an invalid game %s: %w", id, err)
+	}
+	return out, nil
 }

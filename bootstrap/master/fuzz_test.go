@@ -113,3 +113,26 @@ func FuzzParseSince(f *testing.F) {
 		}
 	})
 }
+
+// FuzzGameListAnswer decodes what a master answers a finder: what passes
+// is bounded like a registration.
+func FuzzGameListAnswer(f *testing.F) {
+	g := Game{GameInfo: testGame("listed", 3), Free: 14, KeepAlive: KeepAlivePoll}
+	f.Add(mustJSON(GameList{Games: []Game{g}, Next: "listed"}))
+	f.Add([]byte(`{"games":[{"id":"x","mirrors":[{"id":1,"probe_addr":"10.0.0.1:1"}]}],"next":"../x"}`))
+	f.Add([]byte(`{"games":null}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		page, err := decodeGameList(data)
+		if err != nil {
+			return
+		}
+		if len(page.Games) > maxPageLimit {
+			t.Fatalf("%d games on a page", len(page.Games))
+		}
+		for _, g := range page.Games {
+			if err := g.GameInfo.Validate(); err != nil || len(g.Mirrors) > MaxMirrors {
+				t.Fatalf("invalid game passed: %v", err)
+			}
+		}
+	})
+}

@@ -414,7 +414,9 @@ func (k *keepAlive) sent(now time.Time, version uint64, resp RegisterResponse, e
 	k.lastContact = now
 	k.sentVersion = version
 	if iv := resp.Interval(); iv > 0 {
-		k.interval = iv
+		// A master's word, but bounded: an absurd interval must not
+		// stop the pushes or spin them.
+		k.interval = min(max(iv, 10*time.Millisecond), time.Hour)
 	}
 	k.poll = resp.KeepAlive == KeepAlivePoll
 	return 0
