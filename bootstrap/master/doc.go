@@ -27,7 +27,7 @@
 // and goes on polling them (misses counted before the restart are
 // forgiven): its games are back at once. If the master lost its store,
 // each Registrar notices and registers again: a pushing game with its next
-// push (within ¾ interval), a polled one when no poll came for 1½
+// push (within ¾ interval), a polled one when no poll came for 2
 // intervals.
 //
 // # Running it

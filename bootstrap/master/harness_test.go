@@ -103,6 +103,7 @@ type roundLog struct {
 type observedRound struct {
 	RoundReport
 	games map[string]Game
+	err   error // reading the registry failed: games is unknown
 }
 
 func newRoundLog() *roundLog {
@@ -115,13 +116,11 @@ func (l *roundLog) hook(store *Store) func(RoundReport) {
 	return func(rep RoundReport) {
 		games, _, err := store.List(context.Background(), Filter{Limit: maxPageLimit})
 		snap := map[string]Game{}
-		if err == nil {
-			for _, g := range games {
-				snap[g.ID] = g
-			}
+		for _, g := range games {
+			snap[g.ID] = g
 		}
 		l.mu.Lock()
-		l.rounds = append(l.rounds, observedRound{rep, snap})
+		l.rounds = append(l.rounds, observedRound{rep, snap, err})
 		l.cond.Broadcast()
 		l.mu.Unlock()
 	}
@@ -149,7 +148,11 @@ func (l *roundLog) waitFor(t *testing.T, from uint64, what string, ok func(obser
 	defer l.mu.Unlock()
 	for i := 0; ; {
 		for ; i < len(l.rounds); i++ {
-			if r := l.rounds[i]; r.Round >= from && ok(r) {
+			r := l.rounds[i]
+			if r.err != nil {
+				t.Fatalf("reading the registry after round %d: %v", r.Round, r.err)
+			}
+			if r.Round >= from && ok(r) {
 				return r
 			}
 		}

@@ -326,8 +326,10 @@ func (r *Registrar) deregister() {
 //   - Push (the master cannot poll): every ¾ interval, so each of the
 //     master's intervals sees one; a change goes out after ¼ interval at
 //     most, well within the interval in which it must show.
-//   - Poll: only when no poll came for 1½ intervals (the master polls
-//     every interval); the master then has lost the game (restarted on an
+//   - Poll: only when no poll came for 2 intervals. The master polls every
+//     interval, each poll within its timeout (½ interval by default), so
+//     polls come at most 1½ intervals apart while the master holds the
+//     game; a longer silence means it lost the game (restarted on an
 //     empty store) or cannot reach the status URL. A registration too
 //     many costs one upsert.
 type keepAlive struct {
@@ -369,7 +371,7 @@ func (k *keepAlive) due() time.Time {
 	case !k.registered:
 		return time.Time{}
 	case k.poll:
-		return k.lastContact.Add(k.interval * 3 / 2)
+		return k.lastContact.Add(2 * k.interval)
 	}
 	if k.version != k.sentVersion {
 		return k.lastSend.Add(k.interval / 4)
