@@ -51,9 +51,10 @@ type Config struct {
 	// after HandoffTimeout without ACK the successor is skipped like a
 	// frozen member.
 	HandoffRetry, HandoffTimeout time.Duration
-	// SyncTimeout bounds how long a new arbiter waits for grants it knows
-	// exist but has not seen; then it gives them up and opens a new lap, so
-	// that a lost grant can never be repeated in the lap it was made in.
+	// SyncTimeout bounds how long a new arbiter waits, without progress,
+	// for grants it knows exist but has not seen; then it gives them up and
+	// opens a new lap, so that a lost grant can never be repeated in the lap
+	// it was made in.
 	SyncTimeout time.Duration
 	// ClaimRetry: an unanswered CLAIM is sent again this often (the paper:
 	// "the player will just resend it").
@@ -115,7 +116,7 @@ func DefaultConfig() Config {
 		ActiveWindow:    400 * time.Millisecond,
 		HandoffRetry:    50 * time.Millisecond,
 		HandoffTimeout:  250 * time.Millisecond,
-		SyncTimeout:     500 * time.Millisecond,
+		SyncTimeout:     time.Second,
 		ClaimRetry:      150 * time.Millisecond,
 		JoinRetry:       250 * time.Millisecond,
 		StartQuiet:      time.Second,

@@ -47,9 +47,17 @@ func (n *Node) takeOver() {
 // sealTakeover moves a confirmed takeover to a new epoch.
 func (n *Node) sealTakeover() {
 	n.duty.newEpoch = false
+	n.duty.sealed = n.stamp.Epoch
+	// The silent arbiter may have granted in its last terms what nobody
+	// here heard; its sequence numbers lie just above ours. Leave them room
+	// (a quarter of the log, several terms' worth) so that ours do not reuse
+	// one; should they still meet, the grant with the later stamp stands.
+	last := n.log.last
+	n.log.absent(last, last+n.log.window/4)
 	next := Stamp{Epoch: n.stamp.Epoch + 1, Lap: n.stamp.Lap, TS: n.stamp.TS}
 	n.send(&pb.Envelope{Body: &pb.Envelope_View{View: &pb.ViewChange{
 		Reason: pb.ViewChange_TAKEOVER, View: viewWire(next.Epoch, n.view), Next: next.wire(),
+		GrantSeq: last, SkipTo: n.log.last,
 	}}})
 	n.installView(n.view, next, n.id)
 }
@@ -65,6 +73,7 @@ func (n *Node) becomeHolder(via Via, syncTarget uint64) {
 		pongSeq:      map[MemberID]uint64{},
 		lastLeased:   n.now,
 		syncTarget:   syncTarget,
+		syncHave:     n.log.have,
 		syncDeadline: n.now.Add(n.cfg.SyncTimeout),
 		repairFrom:   noRepair,
 	}
@@ -97,15 +106,22 @@ func (n *Node) ping() {
 	d.pingSeq++
 	d.pingSent[d.pingSeq%pingRing] = n.now
 	d.nextPing = n.now.Add(n.cfg.Heartbeat)
-	var repairs []*pb.GrantEntry
-	if d.repairFrom != noRepair {
-		repairs = n.log.after(d.repairFrom, MaxRepairs)
+	p := &pb.Ping{Seq: d.pingSeq, GrantSeq: n.log.last, GrantHave: n.log.have}
+	if n.synced() {
+		p.DigestFrom, _ = n.log.digestRange()
+		p.Digest = n.log.digest(p.DigestFrom, n.log.have)
+	}
+	if d.repairFrom != noRepair && d.repairFrom < n.log.have {
+		p.RepairFrom = d.repairFrom
+		p.Repairs = n.log.after(d.repairFrom, n.log.have, MaxRepairs)
+		p.RepairTo = n.log.have
+		if len(p.Repairs) == MaxRepairs {
+			p.RepairTo = p.Repairs[MaxRepairs-1].GetSeq()
+		}
 	}
 	d.repairFrom = noRepair
 	n.metrics.PingsSent.Add(1)
-	n.send(&pb.Envelope{Body: &pb.Envelope_Ping{Ping: &pb.Ping{
-		Seq: d.pingSeq, GrantSeq: n.log.last, GrantHave: n.log.have, Repairs: repairs,
-	}}})
+	n.send(&pb.Envelope{Body: &pb.Envelope_Ping{Ping: p}})
 	d.pongSeq[n.id] = d.pingSeq
 	n.updateLease()
 }
@@ -172,7 +188,13 @@ func (n *Node) dutyTimers() {
 	if !n.now.Before(d.nextPing) {
 		n.ping()
 	}
-	if !n.synced() && !n.now.Before(d.syncDeadline) {
+	switch {
+	case n.synced():
+	case n.log.have > d.syncHave:
+		// Still catching up: wait as long as grants keep coming.
+		d.syncHave = n.log.have
+		d.syncDeadline = n.now.Add(n.cfg.SyncTimeout)
+	case !n.now.Before(d.syncDeadline):
 		n.giveUpSync()
 	}
 }
@@ -197,7 +219,9 @@ func (n *Node) giveUpSync() {
 	target := max(n.duty.syncTarget, n.log.last)
 	n.metrics.GrantsLost.Add(target - n.log.have)
 	n.log.skipTo(target)
+	unsealed := n.duty.newEpoch
 	n.resume()
+	n.duty.newEpoch = unsealed // a takeover still owes its new epoch
 }
 
 // resume opens a new term of this node's own in the next lap.
@@ -247,9 +271,14 @@ func (n *Node) serve() {
 
 // onClaim: a claim reaches the arbiter. Claims stamped in an earlier term
 // or epoch are discarded (the paper refuses late pick-ups, §3.3); the
-// claimant repeats its claim with the current stamp.
+// claimant repeats its claim with the current stamp. A claim sent to the
+// predecessor that handed over is still taken: it was made under the same
+// grants, which came with the duty, and the predecessor no longer decides.
 func (n *Node) onClaim(from MemberID, r ResourceID, st Stamp) {
 	d := n.duty
+	if d.sealed != 0 && st.Epoch == d.sealed && st.Lap == n.stamp.Lap && st.place() == n.stamp.place() {
+		st.Epoch = n.stamp.Epoch // sent in this very term, just before it moved to a new epoch
+	}
 	switch {
 	case st.Epoch < n.stamp.Epoch:
 		n.metrics.ClaimsStale.Add(1)
@@ -257,7 +286,7 @@ func (n *Node) onClaim(from MemberID, r ResourceID, st Stamp) {
 		return
 	case st.Epoch > n.stamp.Epoch || termCompare(st, n.stamp) > 0:
 		return // the claimant knows a newer term than ours: not for us
-	case termCompare(st, n.stamp) < 0:
+	case termCompare(st, n.stamp) < 0 && !(d.via == ViaHandoff && termCompare(st, d.predecessor) == 0):
 		n.metrics.ClaimsStale.Add(1)
 		n.metrics.refuse(RefusedStaleTerm)
 		return
@@ -281,8 +310,10 @@ func (n *Node) onClaim(from MemberID, r ResourceID, st Stamp) {
 func (n *Node) decide(from MemberID, r ResourceID) {
 	if g, ok := n.log.holderOf(r); ok {
 		if g.to == from {
-			// The claimant missed its GRANT: send it again (no new event).
-			n.sendAt(g.stamp, &pb.Envelope{Body: &pb.Envelope_Grant{Grant: &pb.Grant{Entry: g.wire()}}})
+			// The claimant missed its GRANT: send it again (no new event;
+			// the entry keeps the stamp it was made at, perhaps by an
+			// earlier arbiter, and our stamp vouches for the copy).
+			n.send(&pb.Envelope{Body: &pb.Envelope_Grant{Grant: &pb.Grant{Entry: g.wire()}}})
 			if from == n.id {
 				n.resolveClaim(r)
 			}
@@ -415,17 +446,19 @@ func (n *Node) onLeave(sender MemberID) {
 	}
 }
 
-// onViewRequest answers a member that fell behind with the current view.
-// Only a leased arbiter answers, so a member that lost track learns the
-// term that really serves; one answer per heartbeat serves everyone.
+// onViewRequest answers a member that fell behind (a newer epoch than its
+// own, or it lost its arbiter) with the current view, marked with whether
+// this arbiter holds a lease (see onCatchUp). One answer per heartbeat
+// serves everyone.
 func (n *Node) onViewRequest() {
 	d := n.duty
-	if d == nil || !n.leased() || n.now.Before(d.catchUpNext) {
+	if d == nil || n.now.Before(d.catchUpNext) {
 		return
 	}
 	d.catchUpNext = n.now.Add(n.cfg.Heartbeat)
 	n.send(&pb.Envelope{Body: &pb.Envelope_View{View: &pb.ViewChange{
-		Reason: pb.ViewChange_CATCH_UP, View: viewWire(n.stamp.Epoch, n.view), Next: n.stamp.wire(), GrantSeq: n.log.last,
+		Reason: pb.ViewChange_CATCH_UP, View: viewWire(n.stamp.Epoch, n.view), Next: n.stamp.wire(),
+		GrantSeq: n.log.last, Leased: n.leased(),
 	}}})
 }
 
@@ -454,6 +487,14 @@ func (n *Node) pickSuccessor() {
 		}
 		if !n.active(m.id) {
 			n.metrics.InactiveSkips.Add(1)
+			h.skipped = append(h.skipped, m.id)
+			continue
+		}
+		if n.lagging(m.id) {
+			// Back from a freeze or a partition, its grant log still
+			// filling: it would serve only after catching up. Skip it this
+			// lap, like an inactive member.
+			n.metrics.LaggingSkips.Add(1)
 			h.skipped = append(h.skipped, m.id)
 			continue
 		}

@@ -1,6 +1,10 @@
 package arbiter
 
 import (
+	"encoding/binary"
+	"hash/fnv"
+	"slices"
+
 	pb "github.com/overworld-p2p/overworld/game/arbiter/arbiterpb"
 )
 
@@ -31,6 +35,7 @@ type grantLog struct {
 	entries    map[uint64]grant
 	byResource map[ResourceID]uint64 // the grant of each resource that stands
 	multi      map[ResourceID]bool   // resources granted more than once in the window
+	gaps       [][2]uint64           // ranges (from, to] known to hold no grant
 	have       uint64                // every grant up to have is known or given up
 	last       uint64                // newest grant known
 }
@@ -149,11 +154,49 @@ func (l *grantLog) advance() {
 		l.have = f - 1
 	}
 	for {
-		if _, ok := l.entries[l.have+1]; !ok {
+		if _, ok := l.entries[l.have+1]; ok {
+			l.have++
+			continue
+		}
+		i := slices.IndexFunc(l.gaps, func(g [2]uint64) bool { return g[0] <= l.have && l.have < g[1] })
+		if i < 0 {
 			return
 		}
-		l.have++
+		l.have = l.gaps[i][1]
+		l.gaps = slices.Delete(l.gaps, i, i+1)
 	}
+}
+
+// absent records that no grant was made in (from, to]: a takeover left
+// that room. Only the newest few ranges are kept.
+func (l *grantLog) absent(from, to uint64) {
+	if to <= from || to <= l.have {
+		return
+	}
+	for _, g := range l.gaps {
+		if g[0] <= from && to <= g[1] {
+			return
+		}
+	}
+	if len(l.gaps) >= maxGaps {
+		l.gaps = l.gaps[1:]
+	}
+	l.gaps = append(l.gaps, [2]uint64{from, to})
+	l.raise(to)
+	l.advance()
+}
+
+const maxGaps = 8
+
+// countAfter counts the grants held with a sequence number above seq.
+func (l *grantLog) countAfter(seq uint64) int {
+	c := 0
+	for s := max(seq+1, l.floor()); s <= l.last; s++ {
+		if _, ok := l.entries[s]; ok {
+			c++
+		}
+	}
+	return c
 }
 
 // holderOf returns the grant of r, if it is remembered.
@@ -165,12 +208,12 @@ func (l *grantLog) holderOf(r ResourceID) (grant, bool) {
 	return l.entries[seq], true
 }
 
-// after returns up to max grants newer than seq that this log holds, in
+// after returns up to max grants this log holds in (seq, upTo], in
 // sequence order.
-func (l *grantLog) after(seq uint64, max int) []*pb.GrantEntry {
+func (l *grantLog) after(seq, upTo uint64, max int) []*pb.GrantEntry {
 	var out []*pb.GrantEntry
 	from := max64(seq+1, l.floor())
-	for s := from; s <= l.last && len(out) < max; s++ {
+	for s := from; s <= min(upTo, l.last) && len(out) < max; s++ {
 		if g, ok := l.entries[s]; ok {
 			out = append(out, g.wire())
 		}
@@ -204,4 +247,35 @@ func stampLess(a, b Stamp) bool {
 		return a.Lap < b.Lap
 	}
 	return a.TS < b.TS
+}
+
+// digestSpan is how many of the newest grants a PING's digest covers.
+const digestSpan = 64
+
+// digestRange is the range (from, to] a digest of the grants up to have
+// covers.
+func (l *grantLog) digestRange() (from, to uint64) {
+	to = l.have
+	from = max(l.floor()-1, to-min(to, digestSpan))
+	return from, to
+}
+
+// digest hashes the grants this log holds in (from, to], in order.
+func (l *grantLog) digest(from, to uint64) uint64 {
+	h := fnv.New64a()
+	var b [8 + 8 + 8 + 4 + 8 + 4 + 4]byte
+	for s := from + 1; s <= to && s > from; s++ {
+		g, ok := l.entries[s]
+		if !ok {
+			continue
+		}
+		binary.LittleEndian.PutUint64(b[0:], g.seq)
+		binary.LittleEndian.PutUint64(b[8:], g.stamp.Epoch)
+		binary.LittleEndian.PutUint64(b[16:], g.stamp.Lap)
+		binary.LittleEndian.PutUint32(b[24:], g.stamp.TS)
+		binary.LittleEndian.PutUint64(b[28:], uint64(g.resource))
+		binary.LittleEndian.PutUint32(b[36:], uint32(g.to))
+		h.Write(b[:40])
+	}
+	return h.Sum64()
 }

@@ -58,11 +58,13 @@ type Metrics struct {
 	HandoffRetries  atomic.Uint64 // HANDOFFs sent again
 	HandoffSkips    atomic.Uint64 // successors skipped after HandoffTimeout without ACK
 	InactiveSkips   atomic.Uint64 // members skipped at hand-off because they answered no PING
+	LaggingSkips    atomic.Uint64 // members skipped at hand-off because their grant log lags
 	Abdications     atomic.Uint64 // terms given up for want of a lease
 	Laps            atomic.Uint64 // wrap-arounds this node served
 	GrantsLearned   atomic.Uint64 // grants this node learned (live, repaired or carried)
 	GrantsLost      atomic.Uint64 // grants given up by a new arbiter after SyncTimeout
 	GrantConflicts  atomic.Uint64 // grants of one resource to two members found in the log
+	LogResets       atomic.Uint64 // grant logs dropped for the arbiter's (they differed)
 	ChatsDelivered  atomic.Uint64
 	PingsSent       atomic.Uint64
 	ViewRequests    atomic.Uint64
@@ -95,11 +97,13 @@ func (m *Metrics) counters() []namedCounter {
 		{"handoff_retries", "HANDOFF messages sent again.", &m.HandoffRetries},
 		{"handoff_skips", "Successors skipped for want of an ACK.", &m.HandoffSkips},
 		{"inactive_skips", "Members skipped at hand-off as inactive.", &m.InactiveSkips},
+		{"lagging_skips", "Members skipped at hand-off as lagging in grants.", &m.LaggingSkips},
 		{"abdications", "Terms given up for want of a lease.", &m.Abdications},
 		{"laps", "Wrap-arounds of the logical clock served.", &m.Laps},
 		{"grants_learned", "Grants learned from the group.", &m.GrantsLearned},
 		{"grants_lost", "Grants given up after the sync timeout.", &m.GrantsLost},
 		{"grant_conflicts", "Grants of one resource to two members found.", &m.GrantConflicts},
+		{"log_resets", "Grant logs dropped for the arbiter's.", &m.LogResets},
 		{"chats_delivered", "Chat lines delivered.", &m.ChatsDelivered},
 		{"pings_sent", "PINGs sent on duty.", &m.PingsSent},
 		{"view_requests", "Requests for the current view sent.", &m.ViewRequests},

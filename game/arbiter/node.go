@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -41,20 +42,23 @@ type queuedClaim struct {
 // duty is what only the member on duty keeps. It is created when a term
 // starts and dropped when it ends, so nothing of it outlives the term.
 type duty struct {
-	via        Via
-	began      time.Time
-	pingSeq    uint64
-	pingSent   [pingRing]time.Time // send time of ping seq, at seq % pingRing
-	pongSeq    map[MemberID]uint64 // newest of this term's PINGs each member answered
-	leaseUntil time.Time
-	lastLeased time.Time // the last time the lease held (the term's start before that)
-	nextPing   time.Time
+	via         Via
+	predecessor Stamp // the term that handed over (ViaHandoff)
+	began       time.Time
+	pingSeq     uint64
+	pingSent    [pingRing]time.Time // send time of ping seq, at seq % pingRing
+	pongSeq     map[MemberID]uint64 // newest of this term's PINGs each member answered
+	leaseUntil  time.Time
+	lastLeased  time.Time // the last time the lease held (the term's start before that)
+	nextPing    time.Time
 
 	syncTarget   uint64 // the newest grant known to exist; no grant before we hold it
+	syncHave     uint64 // log.have when the sync last made progress
 	syncDeadline time.Time
 	repairFrom   uint64 // the lowest grant_have PONGs reported since the last PING
 
-	newEpoch bool // a takeover, to be sealed with a new epoch once leased
+	newEpoch bool   // a takeover, to be sealed with a new epoch once leased
+	sealed   uint64 // the epoch a sealed takeover left
 
 	queue       []queuedClaim
 	leaves      []MemberID // LEAVEs heard before the lease was confirmed
@@ -111,14 +115,14 @@ type Node struct {
 	viewReqNext  time.Time
 
 	heard  map[MemberID]time.Time // last accepted message of each member
-	ponged map[MemberID]time.Time // last PONG of each member (the active set)
+	ponged map[MemberID]pongSeen  // last PONG of each member (the active set)
 
 	duty      *duty
 	dutyState []byte // the newest duty state this node knows
 
-	log    grantLog
-	known  map[uint64]grant // the log before a catch-up rebuilt it: grants already reported
-	claims []ownClaim
+	log      grantLog
+	reported map[ResourceID]grant // the grant of each resource last reported to the application
+	claims   []ownClaim
 
 	leaving       bool
 	leaveNext     time.Time
@@ -139,12 +143,13 @@ func New(cfg Config, rng *rand.Rand) (*Node, error) {
 		return nil, fmt.Errorf("arbiter config: %w", err)
 	}
 	return &Node{
-		cfg:     cfg,
-		rng:     rng,
-		metrics: &Metrics{},
-		heard:   map[MemberID]time.Time{},
-		ponged:  map[MemberID]time.Time{},
-		log:     newGrantLog(cfg.LogWindow),
+		cfg:      cfg,
+		rng:      rng,
+		metrics:  &Metrics{},
+		heard:    map[MemberID]time.Time{},
+		ponged:   map[MemberID]pongSeen{},
+		log:      newGrantLog(cfg.LogWindow),
+		reported: map[ResourceID]grant{},
 	}, nil
 }
 
@@ -179,9 +184,31 @@ func (n *Node) Status() Status {
 	return st
 }
 
+// Grant is one first-come decision: Resource went to Member, the Seq-th
+// grant of the game, made at Stamp.
+type Grant struct {
+	Seq      uint64
+	Resource ResourceID
+	Member   MemberID
+	Stamp    Stamp
+}
+
+// Grants returns the grants this node remembers (the last LogWindow), the
+// one that stands for each resource, in sequence order: what a driver hands
+// to a new mirror, or compares across members.
+func (n *Node) Grants() []Grant {
+	out := make([]Grant, 0, len(n.log.byResource))
+	for _, seq := range n.log.byResource {
+		g := n.log.entries[seq]
+		out = append(out, Grant{Seq: g.seq, Resource: g.resource, Member: g.to, Stamp: g.stamp})
+	}
+	slices.SortFunc(out, func(a, b Grant) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
+}
+
 // Stats reports how much state the node holds.
 func (n *Node) Stats() Stats {
-	s := Stats{View: len(n.view), Heard: len(n.heard) + len(n.ponged), Log: len(n.log.entries), OwnClaims: len(n.claims)}
+	s := Stats{View: len(n.view), Heard: len(n.heard) + len(n.ponged), Log: len(n.log.entries) + len(n.reported), OwnClaims: len(n.claims)}
 	if n.duty != nil {
 		s.Queued = len(n.duty.queue)
 	}
@@ -256,7 +283,7 @@ func (n *Node) Claim(now time.Time, r ResourceID) (Ready, error) {
 		return n.ready(), fmt.Errorf("arbiter claim %d: %d claims already wait for an answer", r, len(n.claims))
 	}
 	n.claims = append(n.claims, ownClaim{resource: r})
-	n.sendClaim(&n.claims[len(n.claims)-1])
+	n.sendClaim(&n.claims[len(n.claims)-1]) // may answer it at once: do not use the element after
 	n.serve()
 	return n.ready(), nil
 }
@@ -375,8 +402,15 @@ func (n *Node) memberTimers() {
 	if n.leaving && n.duty == nil && !n.now.Before(n.leaveNext) {
 		n.sendLeave()
 	}
-	for i := range n.claims {
-		if !n.now.Before(n.claims[i].retryAt) {
+	var due []ResourceID
+	for _, c := range n.claims {
+		if !n.now.Before(c.retryAt) {
+			due = append(due, c.resource)
+		}
+	}
+	for _, r := range due {
+		// Sending may answer (and remove) claims when this node is on duty.
+		if i := slices.IndexFunc(n.claims, func(c ownClaim) bool { return c.resource == r }); i >= 0 {
 			n.sendClaim(&n.claims[i])
 		}
 	}
@@ -515,10 +549,25 @@ func (n *Node) teamOf(id MemberID) Team {
 	return 0
 }
 
-func (n *Node) active(id MemberID) bool {
-	t, ok := n.ponged[id]
-	return ok && n.now.Sub(t) < n.cfg.ActiveWindow
+// pongSeen is the last PONG heard from a member, to anyone.
+type pongSeen struct {
+	at   time.Time
+	have uint64 // its grant log is complete up to this
 }
+
+func (n *Node) active(id MemberID) bool {
+	p, ok := n.ponged[id]
+	return ok && n.now.Sub(p.at) < n.cfg.ActiveWindow
+}
+
+// lagging reports whether member id's grant log is so far behind ours
+// that, handed the duty, it would first spend heartbeats catching up.
+func (n *Node) lagging(id MemberID) bool {
+	return n.log.countAfter(n.ponged[id].have) > maxLag
+}
+
+// maxLag is how many grants a successor may miss: what a few PINGs repair.
+const maxLag = 4 * MaxRepairs
 
 func (n *Node) sendJoin() {
 	n.joinNext = n.now.Add(n.cfg.JoinRetry)

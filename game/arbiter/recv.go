@@ -41,9 +41,12 @@ func (n *Node) handle(env *pb.Envelope) {
 		n.metrics.refuse(RefusedUnknownMember)
 		return
 	}
-	if st.Epoch == n.stamp.Epoch && (st.TS >= n.lapLen() || st.Lap > n.stamp.Lap+1 && !n.holderLost()) {
+	_, asking := env.Body.(*pb.Envelope_ViewRequest)
+	if !asking && st.Epoch == n.stamp.Epoch && (st.TS >= n.lapLen() || st.Lap > n.stamp.Lap+1 && !n.holderLost()) {
 		// The paper's clock cannot leap beyond the next lap: a forgery,
-		// unless this node has lost the duty and is catching up.
+		// unless this node has lost the duty and is catching up. (A member
+		// asking for the view may be lost itself, ahead after failed
+		// takeovers: its request carries no authority.)
 		n.metrics.refuse(RefusedFutureStamp)
 		return
 	}
@@ -75,8 +78,10 @@ func (n *Node) handle(env *pb.Envelope) {
 		case *pb.Envelope_Ping:
 			n.onPing(sender, b.Ping)
 		case *pb.Envelope_Grant:
+			// A new grant is stamped with the event it is; a copy for a
+			// claimant that missed it keeps its own, older stamp.
 			g := grantOf(b.Grant.GetEntry())
-			if g.stamp != st {
+			if stampLess(st, g.stamp) {
 				n.metrics.refuse(RefusedInconsistent)
 				return
 			}
@@ -133,6 +138,13 @@ func (n *Node) acceptDuty(sender MemberID, st Stamp) bool {
 
 // adoptTerm makes st, served by owner, this node's current term.
 func (n *Node) adoptTerm(st Stamp, owner MemberID) {
+	if owner != n.holder || termCompare(st, n.stamp) != 0 {
+		// Claims sent to the old arbiter may have died with its term:
+		// send them to the new one at once.
+		for i := range n.claims {
+			n.claims[i].retryAt = n.now
+		}
+	}
 	n.stamp = st
 	n.holder = owner
 	n.holderHeard = n.now
@@ -249,6 +261,9 @@ func (n *Node) onViewChange(sender MemberID, st Stamp, v *pb.ViewChange) {
 		// Same members, new epoch: the sender, which took over, serves on.
 		if n.followsView(v.GetView(), stampOf(v.GetNext()), sender, n.view) {
 			n.installView(viewOf(v.GetView()), stampOf(v.GetNext()), sender)
+			if to := v.GetSkipTo(); to <= v.GetGrantSeq()+n.log.window {
+				n.log.absent(v.GetGrantSeq(), to)
+			}
 		}
 		return
 	}
@@ -275,17 +290,24 @@ func (n *Node) onViewChange(sender MemberID, st Stamp, v *pb.ViewChange) {
 	n.event(Event{Kind: EventMemberLeft, Member: subject, Reason: reason, Stamp: n.stamp})
 }
 
-// onCatchUp installs the current view sent by the arbiter to members that
-// fell behind (a newer epoch, or this node lost the duty). The sender must
-// serve the stamp in that view; a node that follows a live arbiter ignores
-// catch-ups of its own epoch.
+// onCatchUp installs the current view an arbiter sent to members that fell
+// behind. The sender must serve the stamp in that view. A node that follows
+// a live arbiter takes it only from a leased arbiter of a newer epoch; a
+// node that lost its arbiter (silent for TakeoverTimeout, so its last PONG
+// promises nothing any more) also from one without a lease if the epoch is
+// newer — otherwise members that missed epochs and an arbiter waiting for
+// their PONGs would wait for each other forever — and of its own epoch
+// only from a leased one, so it follows the term that really serves.
 func (n *Node) onCatchUp(sender MemberID, st Stamp, v *pb.ViewChange) {
 	e := v.GetView().GetEpoch()
+	lost := n.holderLost()
 	switch {
 	case e < n.stamp.Epoch:
 		n.metrics.refuse(RefusedStaleEpoch)
 		return
-	case e == n.stamp.Epoch && !n.holderLost():
+	case e == n.stamp.Epoch && !(lost && v.GetLeased()):
+		return
+	case e > n.stamp.Epoch && !(lost || v.GetLeased()):
 		return
 	}
 	nv := viewOf(v.GetView())
@@ -301,9 +323,7 @@ func (n *Node) onCatchUp(sender MemberID, st Stamp, v *pb.ViewChange) {
 	if e > n.stamp.Epoch {
 		// We missed an epoch: possibly a takeover after which our grants
 		// are not the group's. Take the arbiter's log; repairs fill it.
-		n.known = n.log.entries
-		n.log = newGrantLog(n.cfg.LogWindow)
-		n.log.startAt(min(v.GetGrantSeq(), maxSeq))
+		n.restartLog(v.GetGrantSeq())
 	}
 	n.installView(nv, st, sender)
 	for _, m := range nv {
@@ -380,24 +400,50 @@ func (n *Node) onHandoff(sender MemberID, h *pb.Handoff) {
 	if next.Lap > n.stamp.Lap {
 		n.metrics.Laps.Add(1)
 	}
+	prev := n.stamp
 	n.adoptTerm(next, n.id)
 	n.sendAt(next, &pb.Envelope{Body: &pb.Envelope_Ack{Ack: &pb.Ack{From: uint32(sender)}}})
 	n.becomeHolder(ViaHandoff, n.boundedSeq(h.GetGrantSeq()))
+	n.duty.predecessor = prev
 }
 
 func (n *Node) onPing(sender MemberID, p *pb.Ping) {
 	for _, e := range p.GetRepairs() {
 		n.learn(grantOf(e))
 	}
-	n.send(&pb.Envelope{Body: &pb.Envelope_Pong{Pong: &pb.Pong{
-		To: uint32(sender), Seq: p.GetSeq(),
-		GrantSeq: n.log.last, GrantHave: n.log.have,
-		Grants: n.log.after(p.GetGrantHave(), MaxRepairs),
-	}}})
+	if from, to := p.GetRepairFrom(), p.GetRepairTo(); from <= n.log.have && to > n.log.have && to <= p.GetGrantHave() {
+		n.log.skipTo(min(to, n.boundedSeq(to))) // the arbiter has nothing else in (from, to]
+	}
+	if have, from := p.GetGrantHave(), p.GetDigestFrom(); p.GetDigest() != 0 && have <= n.log.have &&
+		from < have && from+1 >= n.log.floor() && n.log.digest(from, have) != p.GetDigest() {
+		// Our grants differ from the arbiter's: we followed an arbiter
+		// whose last grants did not survive. Take the arbiter's log.
+		n.metrics.LogResets.Add(1)
+		n.restartLog(p.GetGrantSeq())
+	}
+	// Members carry different slices of what the arbiter lacks, so that a
+	// far-behind arbiter catches up several slices per heartbeat; each
+	// slice is complete up to what this member knows completely.
+	pong := &pb.Pong{To: uint32(sender), Seq: p.GetSeq(), GrantSeq: n.log.last, GrantHave: n.log.have}
+	if from := p.GetGrantHave(); from < n.log.have {
+		// The slice turns with each PING, so that a member that alone
+		// holds what the arbiter lacks still carries all of it in turn.
+		slice := (uint64(n.placeOf(n.id)) + p.GetSeq()) % carrySlices
+		if f := from + slice*MaxRepairs; f < n.log.have {
+			from = f
+		}
+		pong.CarryFrom = from
+		pong.Grants = n.log.after(from, n.log.have, MaxRepairs) // only what it knows completely
+		pong.CarryTo = n.log.have
+		if len(pong.Grants) == MaxRepairs {
+			pong.CarryTo = pong.Grants[MaxRepairs-1].GetSeq()
+		}
+	}
+	n.send(&pb.Envelope{Body: &pb.Envelope_Pong{Pong: pong}})
 }
 
 func (n *Node) onPong(sender MemberID, st Stamp, p *pb.Pong) {
-	n.ponged[sender] = n.now
+	n.ponged[sender] = pongSeen{at: n.now, have: p.GetGrantHave()}
 	to := MemberID(p.GetTo())
 	if n.duty == nil && sender == n.holder && to != sender && st.Epoch == n.stamp.Epoch &&
 		termCompare(st, n.stamp) > 0 && n.owner(st.TS) == to {
@@ -412,12 +458,20 @@ func (n *Node) onPong(sender MemberID, st Stamp, p *pb.Pong) {
 	if p.GetSeq() > d.pongSeq[sender] {
 		d.pongSeq[sender] = p.GetSeq()
 	}
+	prev := p.GetCarryFrom()
 	for _, e := range p.GetGrants() {
 		g := grantOf(e)
 		n.learn(g)
 		if kept := n.log.entries[g.seq]; kept.stamp != g.stamp && g.seq-1 < d.repairFrom {
 			d.repairFrom = g.seq - 1 // the sender holds a grant our term overrode: repair it
 		}
+		if g.seq > prev+1 && g.seq <= p.GetCarryTo() {
+			n.log.absent(prev, g.seq-1)
+		}
+		prev = max(prev, g.seq)
+	}
+	if to := p.GetCarryTo(); to > prev && to <= n.boundedSeq(to) {
+		n.log.absent(prev, to)
 	}
 	if s := n.boundedSeq(p.GetGrantSeq()); s > d.syncTarget {
 		d.syncTarget = s
@@ -453,7 +507,20 @@ func (n *Node) onChat(sender MemberID, st Stamp, c *pb.Chat) {
 	n.event(Event{Kind: EventChat, Member: sender, Team: team, Text: c.GetText(), Stamp: st})
 }
 
-// learn records a grant heard live, repaired or carried by a PONG.
+// restartLog drops this node's grant log for the arbiter's, whose newest
+// grant is last; repairs fill it. Grants already reported are not reported
+// again.
+func (n *Node) restartLog(last uint64) {
+	n.log = newGrantLog(n.cfg.LogWindow)
+	n.log.startAt(min(last, maxSeq))
+}
+
+// learn records a grant heard live, repaired or carried by a PONG, and
+// reports the grant of its resource that stands if that changed: a grant
+// the log already held, or one an earlier grant of the same resource
+// overrides, is not reported; after a log was dropped for the arbiter's, a
+// grant reported before may be reported again, or replaced by the one that
+// survived.
 func (n *Node) learn(g grant) {
 	isNew, conflict := n.log.add(g)
 	if conflict {
@@ -466,11 +533,25 @@ func (n *Node) learn(g grant) {
 	if g.to == n.id {
 		n.resolveClaim(g.resource)
 	}
-	if n.known[g.seq] == g {
-		return // reported before this node's log was rebuilt
+	standing, _ := n.log.holderOf(g.resource)
+	if n.reported[g.resource] == standing {
+		return
 	}
-	n.event(Event{Kind: EventGrant, Resource: g.resource, Member: g.to, Stamp: g.stamp})
+	if len(n.reported) >= 4*int(n.log.window) {
+		// Bound the table: keep what the log still remembers.
+		for r := range n.reported {
+			if _, ok := n.log.byResource[r]; !ok {
+				delete(n.reported, r)
+			}
+		}
+	}
+	n.reported[g.resource] = standing
+	n.event(Event{Kind: EventGrant, Resource: standing.resource, Member: standing.to, Stamp: standing.stamp})
 }
+
+// carrySlices: members answer a PING with one of this many slices of the
+// grants the arbiter lacks, by place and PING.
+const carrySlices = 4
 
 // maxSeq keeps sequence arithmetic far from overflow whatever a peer says.
 const maxSeq = 1 << 62

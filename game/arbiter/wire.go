@@ -235,7 +235,7 @@ func kindName(env *pb.Envelope) string {
 func FormatMessage(b []byte) string {
 	env, err := Decode(b)
 	if err != nil {
-		return "undecodable: " + err.Error()
+		return fmt.Sprintf("undecodable (%d bytes)", len(b))
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%s", kindName(env))

@@ -873,6 +873,8 @@ type ViewChange struct {
 	View          *View                  `protobuf:"bytes,3,opt,name=view,proto3" json:"view,omitempty"`
 	Next          *Stamp                 `protobuf:"bytes,4,opt,name=next,proto3" json:"next,omitempty"`
 	GrantSeq      uint64                 `protobuf:"varint,5,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"` // CATCH_UP: the newest grant, where a returning member's log restarts
+	Leased        bool                   `protobuf:"varint,6,opt,name=leased,proto3" json:"leased,omitempty"`                     // CATCH_UP: a majority confirmed the sender recently
+	SkipTo        uint64                 `protobuf:"varint,7,opt,name=skip_to,json=skipTo,proto3" json:"skip_to,omitempty"`       // TAKEOVER: no grants were made in (grant_seq, skip_to]
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -938,6 +940,20 @@ func (x *ViewChange) GetNext() *Stamp {
 func (x *ViewChange) GetGrantSeq() uint64 {
 	if x != nil {
 		return x.GrantSeq
+	}
+	return 0
+}
+
+func (x *ViewChange) GetLeased() bool {
+	if x != nil {
+		return x.Leased
+	}
+	return false
+}
+
+func (x *ViewChange) GetSkipTo() uint64 {
+	if x != nil {
+		return x.SkipTo
 	}
 	return 0
 }
@@ -1099,13 +1115,22 @@ func (x *Ack) GetFrom() uint32 {
 
 // Ping is sent by the arbiter when its term starts and then periodically:
 // responders are active (§3.4) and renew its lease. It carries grants other
-// members reported missing.
+// members reported missing: repairs holds every grant the arbiter has with
+// a sequence number in (repair_from, repair_to]; numbers in that range it
+// does not list do not exist (or were given up), and members skip them too.
 type Ping struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	GrantSeq      uint64                 `protobuf:"varint,2,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`    // the newest grant the arbiter knows
-	GrantHave     uint64                 `protobuf:"varint,3,opt,name=grant_have,json=grantHave,proto3" json:"grant_have,omitempty"` // it holds every grant up to this one
-	Repairs       []*GrantEntry          `protobuf:"bytes,4,rep,name=repairs,proto3" json:"repairs,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Seq        uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	GrantSeq   uint64                 `protobuf:"varint,2,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`    // the newest grant the arbiter knows
+	GrantHave  uint64                 `protobuf:"varint,3,opt,name=grant_have,json=grantHave,proto3" json:"grant_have,omitempty"` // it holds every grant up to this one
+	Repairs    []*GrantEntry          `protobuf:"bytes,4,rep,name=repairs,proto3" json:"repairs,omitempty"`
+	RepairFrom uint64                 `protobuf:"varint,5,opt,name=repair_from,json=repairFrom,proto3" json:"repair_from,omitempty"`
+	RepairTo   uint64                 `protobuf:"varint,6,opt,name=repair_to,json=repairTo,proto3" json:"repair_to,omitempty"`
+	// A hash of the arbiter's grants (digest_from .. grant_have]: a member
+	// whose own differ (it followed an arbiter whose grants did not survive)
+	// takes the arbiter's log instead.
+	DigestFrom    uint64 `protobuf:"varint,7,opt,name=digest_from,json=digestFrom,proto3" json:"digest_from,omitempty"`
+	Digest        uint64 `protobuf:"fixed64,8,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1168,7 +1193,37 @@ func (x *Ping) GetRepairs() []*GrantEntry {
 	return nil
 }
 
-// Pong answers a Ping. It carries grants the arbiter lacks.
+func (x *Ping) GetRepairFrom() uint64 {
+	if x != nil {
+		return x.RepairFrom
+	}
+	return 0
+}
+
+func (x *Ping) GetRepairTo() uint64 {
+	if x != nil {
+		return x.RepairTo
+	}
+	return 0
+}
+
+func (x *Ping) GetDigestFrom() uint64 {
+	if x != nil {
+		return x.DigestFrom
+	}
+	return 0
+}
+
+func (x *Ping) GetDigest() uint64 {
+	if x != nil {
+		return x.Digest
+	}
+	return 0
+}
+
+// Pong answers a Ping. It carries grants the arbiter lacks: every grant the
+// sender has with a sequence number in (carry_from, carry_to]; numbers in
+// that range it does not list do not exist (a takeover left them free).
 type Pong struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	To            uint32                 `protobuf:"varint,1,opt,name=to,proto3" json:"to,omitempty"`
@@ -1176,6 +1231,8 @@ type Pong struct {
 	GrantSeq      uint64                 `protobuf:"varint,3,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`
 	GrantHave     uint64                 `protobuf:"varint,4,opt,name=grant_have,json=grantHave,proto3" json:"grant_have,omitempty"`
 	Grants        []*GrantEntry          `protobuf:"bytes,5,rep,name=grants,proto3" json:"grants,omitempty"`
+	CarryFrom     uint64                 `protobuf:"varint,6,opt,name=carry_from,json=carryFrom,proto3" json:"carry_from,omitempty"`
+	CarryTo       uint64                 `protobuf:"varint,7,opt,name=carry_to,json=carryTo,proto3" json:"carry_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1243,6 +1300,20 @@ func (x *Pong) GetGrants() []*GrantEntry {
 		return x.Grants
 	}
 	return nil
+}
+
+func (x *Pong) GetCarryFrom() uint64 {
+	if x != nil {
+		return x.CarryFrom
+	}
+	return 0
+}
+
+func (x *Pong) GetCarryTo() uint64 {
+	if x != nil {
+		return x.CarryTo
+	}
+	return 0
 }
 
 // Claim asks for a contested resource (a health pack, a food item).
@@ -1574,14 +1645,16 @@ const file_arbiter_proto_rawDesc = "" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tGAME_FULL\x10\x01\x12\f\n" +
 	"\bID_TAKEN\x10\x02\"\a\n" +
-	"\x05Leave\"\xb1\x02\n" +
+	"\x05Leave\"\xe2\x02\n" +
 	"\n" +
 	"ViewChange\x12<\n" +
 	"\x06reason\x18\x01 \x01(\x0e2$.overworld.arbiter.ViewChange.ReasonR\x06reason\x12\x18\n" +
 	"\asubject\x18\x02 \x01(\rR\asubject\x12+\n" +
 	"\x04view\x18\x03 \x01(\v2\x17.overworld.arbiter.ViewR\x04view\x12,\n" +
 	"\x04next\x18\x04 \x01(\v2\x18.overworld.arbiter.StampR\x04next\x12\x1b\n" +
-	"\tgrant_seq\x18\x05 \x01(\x04R\bgrantSeq\"S\n" +
+	"\tgrant_seq\x18\x05 \x01(\x04R\bgrantSeq\x12\x16\n" +
+	"\x06leased\x18\x06 \x01(\bR\x06leased\x12\x17\n" +
+	"\askip_to\x18\a \x01(\x04R\x06skipTo\"S\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04LEFT\x10\x01\x12\v\n" +
@@ -1596,20 +1669,29 @@ const file_arbiter_proto_rawDesc = "" +
 	"\n" +
 	"duty_state\x18\x04 \x01(\fR\tdutyState\"\x19\n" +
 	"\x03Ack\x12\x12\n" +
-	"\x04from\x18\x01 \x01(\rR\x04from\"\x8d\x01\n" +
+	"\x04from\x18\x01 \x01(\rR\x04from\"\x84\x02\n" +
 	"\x04Ping\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1b\n" +
 	"\tgrant_seq\x18\x02 \x01(\x04R\bgrantSeq\x12\x1d\n" +
 	"\n" +
 	"grant_have\x18\x03 \x01(\x04R\tgrantHave\x127\n" +
-	"\arepairs\x18\x04 \x03(\v2\x1d.overworld.arbiter.GrantEntryR\arepairs\"\x9b\x01\n" +
+	"\arepairs\x18\x04 \x03(\v2\x1d.overworld.arbiter.GrantEntryR\arepairs\x12\x1f\n" +
+	"\vrepair_from\x18\x05 \x01(\x04R\n" +
+	"repairFrom\x12\x1b\n" +
+	"\trepair_to\x18\x06 \x01(\x04R\brepairTo\x12\x1f\n" +
+	"\vdigest_from\x18\a \x01(\x04R\n" +
+	"digestFrom\x12\x16\n" +
+	"\x06digest\x18\b \x01(\x06R\x06digest\"\xd5\x01\n" +
 	"\x04Pong\x12\x0e\n" +
 	"\x02to\x18\x01 \x01(\rR\x02to\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1b\n" +
 	"\tgrant_seq\x18\x03 \x01(\x04R\bgrantSeq\x12\x1d\n" +
 	"\n" +
 	"grant_have\x18\x04 \x01(\x04R\tgrantHave\x125\n" +
-	"\x06grants\x18\x05 \x03(\v2\x1d.overworld.arbiter.GrantEntryR\x06grants\"#\n" +
+	"\x06grants\x18\x05 \x03(\v2\x1d.overworld.arbiter.GrantEntryR\x06grants\x12\x1d\n" +
+	"\n" +
+	"carry_from\x18\x06 \x01(\x04R\tcarryFrom\x12\x19\n" +
+	"\bcarry_to\x18\a \x01(\x04R\acarryTo\"#\n" +
 	"\x05Claim\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\x04R\bresource\"z\n" +
 	"\n" +
