@@ -101,14 +101,17 @@ const (
 	MaxChatBytes = 200
 	// MaxRepairs bounds the grants one PING or PONG carries.
 	MaxRepairs = 8
+	// MaxHandedClaims bounds the undecided claims a HANDOFF carries.
+	MaxHandedClaims = 32
 )
 
-// DefaultConfig returns the defaults: 8 players in 2 teams, a 100 ms
+// DefaultConfig returns the defaults: 8 players in 2 teams of 4, a 100 ms
 // heartbeat, a 400 ms lease and a 1 s takeover.
 func DefaultConfig() Config {
 	return Config{
 		MaxMembers:      8,
 		Teams:           2,
+		TeamSize:        4,
 		Heartbeat:       100 * time.Millisecond,
 		LeaseTimeout:    400 * time.Millisecond,
 		TakeoverTimeout: time.Second,

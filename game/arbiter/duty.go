@@ -23,7 +23,7 @@ func (n *Node) create() {
 	n.phase = PhaseMember
 	n.log = newGrantLog(n.cfg.LogWindow)
 	n.view = []member{{id: n.id, team: n.team, nonce: n.nonce}}
-	n.stamp = Stamp{Epoch: 1}
+	n.stamp = Stamp{Epoch: nextEpoch(0, n.id)}
 	n.heard[n.id] = n.now
 	n.event(Event{Kind: EventJoined, Member: n.id, Team: n.team, Stamp: n.stamp})
 	n.becomeHolder(ViaCreate, 0)
@@ -54,7 +54,7 @@ func (n *Node) sealTakeover() {
 	// one; should they still meet, the grant with the later stamp stands.
 	last := n.log.last
 	n.log.absent(last, last+n.log.window/4)
-	next := Stamp{Epoch: n.stamp.Epoch + 1, Lap: n.stamp.Lap, TS: n.stamp.TS}
+	next := Stamp{Epoch: nextEpoch(n.stamp.Epoch, n.id), Lap: n.stamp.Lap, TS: n.stamp.TS}
 	n.send(&pb.Envelope{Body: &pb.Envelope_View{View: &pb.ViewChange{
 		Reason: pb.ViewChange_TAKEOVER, View: viewWire(next.Epoch, n.view), Next: next.wire(),
 		GrantSeq: last, SkipTo: n.log.last,
@@ -159,7 +159,7 @@ func (n *Node) synced() bool {
 // serving reports whether this node may decide now: on duty, leased, with
 // every grant its predecessors made, and not handing off.
 func (n *Node) serving() bool {
-	return n.duty != nil && n.duty.handoff == nil && !n.duty.newEpoch && n.leased() && n.synced()
+	return n.duty != nil && n.duty.handoff == nil && !n.duty.newEpoch && n.leased() && n.synced() && !n.behind()
 }
 
 func (n *Node) dutyTimers() {
@@ -234,7 +234,7 @@ func (n *Node) resume() {
 // serve decides what waits: departures, queued claims, then silent
 // members to drop.
 func (n *Node) serve() {
-	if d := n.duty; d != nil && d.newEpoch && d.handoff == nil && n.leased() && n.synced() {
+	if d := n.duty; d != nil && d.newEpoch && d.handoff == nil && n.leased() && n.synced() && !n.behind() {
 		n.sealTakeover()
 	}
 	for n.serving() && len(n.duty.leaves) > 0 {
@@ -378,7 +378,7 @@ func (n *Node) admit(j *pb.Join) {
 	old := n.stamp
 	// The newcomer takes the last place, so nobody's range moves.
 	nv := append(slices.Clone(n.view), member{id: want, team: team, nonce: j.GetNonce()})
-	next := Stamp{Epoch: old.Epoch + 1, Lap: old.Lap, TS: old.TS}
+	next := Stamp{Epoch: nextEpoch(old.Epoch, n.id), Lap: old.Lap, TS: old.TS}
 	n.sendAt(old, &pb.Envelope{Body: &pb.Envelope_Admit{Admit: &pb.Admit{
 		Nonce: j.GetNonce(), Id: uint32(want), Team: uint32(team), Forced: forced,
 		View: viewWire(next.Epoch, nv), Next: next.wire(), GrantSeq: n.log.last,
@@ -417,7 +417,7 @@ func (n *Node) removeMember(id MemberID, reason pb.ViewChange_Reason) {
 	offset := old.TS - uint32(n.placeOf(n.id)*RangeSize)
 	newView := slices.DeleteFunc(slices.Clone(n.view), func(m member) bool { return m.id == id })
 	me := slices.IndexFunc(newView, func(m member) bool { return m.id == n.id })
-	next := Stamp{Epoch: old.Epoch + 1, Lap: old.Lap, TS: uint32(me*RangeSize) + offset}
+	next := Stamp{Epoch: nextEpoch(old.Epoch, n.id), Lap: old.Lap, TS: uint32(me*RangeSize) + offset}
 	n.sendAt(old, &pb.Envelope{Body: &pb.Envelope_View{View: &pb.ViewChange{
 		Reason: reason, Subject: uint32(id), View: viewWire(next.Epoch, newView), Next: next.wire(),
 	}}})
@@ -462,11 +462,18 @@ func (n *Node) onViewRequest() {
 	}}})
 }
 
-// startHandoff ends serving: the paper's SYNC to the next member.
+// startHandoff ends serving: the paper's SYNC to the next member. Claims
+// still waiting go with it, so that the successor decides them first
+// (first-come across terms); departures still waiting are asked again.
 func (n *Node) startHandoff() {
-	n.duty.handoff = &handoff{}
-	n.duty.queue = nil // claims of this term are stale for the next
-	n.duty.leaves = nil
+	d := n.duty
+	h := &handoff{}
+	for _, q := range d.queue[:min(len(d.queue), MaxHandedClaims)] {
+		h.queue = append(h.queue, &pb.QueuedClaim{Member: uint32(q.from), Resource: uint64(q.resource)})
+	}
+	d.handoff = h
+	d.queue = nil
+	d.leaves = nil
 	n.pickSuccessor()
 }
 
@@ -521,6 +528,6 @@ func (n *Node) sendHandoff() {
 	h := n.duty.handoff
 	h.retryAt = n.now.Add(n.cfg.HandoffRetry)
 	n.send(&pb.Envelope{Body: &pb.Envelope_Handoff{Handoff: &pb.Handoff{
-		To: uint32(h.to), Next: h.next.wire(), GrantSeq: n.log.last, DutyState: n.dutyState,
+		To: uint32(h.to), Next: h.next.wire(), GrantSeq: n.log.last, DutyState: n.dutyState, Queue: h.queue,
 	}}})
 }

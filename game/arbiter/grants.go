@@ -249,15 +249,10 @@ func stampLess(a, b Stamp) bool {
 	return a.TS < b.TS
 }
 
-// digestSpan is how many of the newest grants a PING's digest covers.
-const digestSpan = 64
-
 // digestRange is the range (from, to] a digest of the grants up to have
-// covers.
+// covers: everything remembered.
 func (l *grantLog) digestRange() (from, to uint64) {
-	to = l.have
-	from = max(l.floor()-1, to-min(to, digestSpan))
-	return from, to
+	return l.floor() - 1, l.have
 }
 
 // digest hashes the grants this log holds in (from, to], in order.

@@ -73,6 +73,7 @@ const (
 
 // handoff is a SYNC in progress.
 type handoff struct {
+	queue    []*pb.QueuedClaim // undecided claims, for the successor
 	to       MemberID
 	next     Stamp
 	skipped  []MemberID
@@ -110,7 +111,9 @@ type Node struct {
 	holderHeard  time.Time // the last accepted duty message from holder
 	forcedLost   bool      // suspended or abdicated: accept the group's current term
 	takeoverHold time.Time // no takeover before this
-	handedTo     MemberID  // the successor named by the HANDOFF this node last saw
+	seenEpoch    uint64    // the newest epoch a member's message showed, if newer than ours
+	seenEpochAt  time.Time
+	handedTo     MemberID // the successor named by the HANDOFF this node last saw
 	handedNext   Stamp
 	viewReqNext  time.Time
 
@@ -421,9 +424,17 @@ func (n *Node) memberTimers() {
 	if n.holderLost() && !n.now.Before(n.viewReqNext) {
 		n.requestView()
 	}
-	if !n.now.Before(n.takeoverAt()) {
+	if !n.now.Before(n.takeoverAt()) && !n.behind() {
 		n.takeOver()
 	}
+}
+
+// behind reports whether a member recently showed an epoch newer than
+// ours: a majority moved on without us. Until we caught up we follow
+// nobody of our old epoch, answer no PING, take nothing over and decide
+// nothing, so that no majority forms on an epoch the group has left.
+func (n *Node) behind() bool {
+	return n.seenEpoch > n.stamp.Epoch && n.now.Sub(n.seenEpochAt) < 2*n.cfg.TakeoverTimeout
 }
 
 // holderLost reports whether this node has lost track of the duty: the
@@ -485,6 +496,8 @@ func (n *Node) ready() Ready {
 			} else {
 				earlier(d.nextPing)
 			}
+		} else if n.behind() {
+			earlier(n.seenEpochAt.Add(2 * n.cfg.TakeoverTimeout))
 		} else {
 			earlier(n.takeoverAt())
 		}

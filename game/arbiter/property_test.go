@@ -13,7 +13,10 @@ import (
 	pb "github.com/overworld-p2p/overworld/game/arbiter/arbiterpb"
 )
 
-var propertySeeds = flag.Int("arbiter.seeds", 60, "seeds the property test runs (each a simulated game of about 30 s)")
+var (
+	propertySeeds = flag.Int("arbiter.seeds", 60, "seeds the property test runs (each a simulated game of about 30 s)")
+	traceSeed     = flag.Int64("arbiter.trace", 0, "log every message and event of this property seed")
+)
 
 // TestProperties runs games on simNet under loss, delay, jitter,
 // partitions, one-way cuts and frozen players, one per seed, and checks the
@@ -44,18 +47,17 @@ func TestPropertyDeterministic(t *testing.T) {
 }
 
 type propertyStats struct {
-	messages, grants, claimsChecked, claimsLate, maxHandoffsToAnswer int
-	lapsChecked, partitions, freezes, cuts, takeovers, superseded    int
-	appDiverged                                                      int
-	maxConverge                                                      time.Duration
-	traceHash                                                        uint64
+	messages, grants, claimsChecked, maxHandoffsToAnswer          int
+	lapsChecked, partitions, freezes, cuts, takeovers, superseded int
+	appDiverged, maxHandoffsBusy                                  int
+	maxConverge                                                   time.Duration
+	traceHash                                                     uint64
 }
 
 func (s *propertyStats) add(o propertyStats) {
 	s.messages += o.messages
 	s.grants += o.grants
 	s.claimsChecked += o.claimsChecked
-	s.claimsLate += o.claimsLate
 	s.maxHandoffsToAnswer = max(s.maxHandoffsToAnswer, o.maxHandoffsToAnswer)
 	s.lapsChecked += o.lapsChecked
 	s.partitions += o.partitions
@@ -64,6 +66,7 @@ func (s *propertyStats) add(o propertyStats) {
 	s.takeovers += o.takeovers
 	s.superseded += o.superseded
 	s.appDiverged += o.appDiverged
+	s.maxHandoffsBusy = max(s.maxHandoffsBusy, o.maxHandoffsBusy)
 	s.maxConverge = max(s.maxConverge, o.maxConverge)
 }
 
@@ -78,6 +81,11 @@ const (
 	maxFlight     = 100 * time.Millisecond // above any delay + jitter drawn below
 )
 
+type grantKey struct {
+	seq   uint64
+	stamp arbiter.Stamp
+}
+
 type claimKey struct {
 	who arbiter.MemberID
 	r   arbiter.ResourceID
@@ -85,9 +93,18 @@ type claimKey struct {
 
 type pendingClaim struct {
 	at       time.Time
-	handoffs int // terms begun since it was made
-	calm     bool
+	handoffs int // hand-offs since it was made
+	kind     claimKind
 }
+
+// claimKind says what is checked of a claim.
+type claimKind uint8
+
+const (
+	claimEventually claimKind = iota // answered by the end
+	claimBusy                        // clean but busy network: hand-offs to the answer measured
+	claimGamePace                    // calm network at a game's pace: answered within three hand-offs
+)
 
 // checker watches every message sent and every event reported.
 type checker struct {
@@ -97,11 +114,12 @@ type checker struct {
 	st   propertyStats
 	hash uint64
 
-	grantsSeen   map[[2]uint64]bool             // (seq, ts-epoch-lap packed) of grants sent, to skip resends
-	lastGrant    arbiter.Stamp                  // newest grant stamp sent so far
+	lastGrant    arbiter.Stamp                  // the last grant sent
+	lastTerm     [3]uint64                      // its term (epoch, lap, place)
+	closedTerms  map[[3]uint64]bool             // terms another term's grants followed
+	grantsSeen   map[grantKey]bool              // grants sent, to tell copies for a claimant that missed one
 	perLap       map[[3]uint64]arbiter.MemberID // (resource, epoch, lap) → who got it
 	firstHolder  map[arbiter.ResourceID]arbiter.MemberID
-	firstAt      map[arbiter.ResourceID]string
 	dutyTS       map[[3]uint64]map[uint32]bool // (epoch, lap, sender) → ts used in duty messages
 	lapHasChange map[[2]uint64]bool            // (epoch, lap) with a term begun other than by hand-off
 	claims       map[claimKey]*pendingClaim
@@ -109,28 +127,25 @@ type checker struct {
 	holderOf     map[arbiter.MemberID]arbiter.MemberID
 	lapSeen      map[[2]uint64][2]time.Time                                   // (epoch, lap) → first and last duty message
 	frozenClean  map[arbiter.MemberID]bool                                    // frozen through the clean phase
-	standing     map[arbiter.MemberID]map[arbiter.ResourceID]arbiter.MemberID // the grant that stands, per node
-	standingAt   map[arbiter.MemberID]map[arbiter.ResourceID]arbiter.Stamp
+	standing     map[arbiter.MemberID]map[arbiter.ResourceID]arbiter.MemberID // the last grant each node reported
 }
 
 func runProperty(t *testing.T, seed int64) propertyStats {
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
 	net := newSimNet(seed)
-	dbgNet = net
 	size := 3 + rng.Intn(4) // 3..6 players
 	net.base = link{delay: time.Duration(1+rng.Intn(15)) * time.Millisecond, jitter: time.Duration(rng.Intn(20)) * time.Millisecond}
 	cfg := arbiter.Config{MaxMembers: 8, DropAfter: time.Minute}
 	c := &checker{
 		t: t, seed: seed, net: net, hash: fnv.New64a().Sum64(),
-		grantsSeen: map[[2]uint64]bool{}, perLap: map[[3]uint64]arbiter.MemberID{},
-		firstHolder: map[arbiter.ResourceID]arbiter.MemberID{}, firstAt: map[arbiter.ResourceID]string{}, dutyTS: map[[3]uint64]map[uint32]bool{},
+		perLap: map[[3]uint64]arbiter.MemberID{}, grantsSeen: map[grantKey]bool{}, closedTerms: map[[3]uint64]bool{},
+		firstHolder: map[arbiter.ResourceID]arbiter.MemberID{}, dutyTS: map[[3]uint64]map[uint32]bool{},
 		lapHasChange: map[[2]uint64]bool{}, claims: map[claimKey]*pendingClaim{},
 		frozenSince: map[arbiter.MemberID]time.Time{}, standing: map[arbiter.MemberID]map[arbiter.ResourceID]arbiter.MemberID{},
 		holderOf: map[arbiter.MemberID]arbiter.MemberID{}, lapSeen: map[[2]uint64][2]time.Time{},
-		frozenClean: map[arbiter.MemberID]bool{}, standingAt: map[arbiter.MemberID]map[arbiter.ResourceID]arbiter.Stamp{},
+		frozenClean: map[arbiter.MemberID]bool{},
 	}
-	dbgChecker = c
 	net.onSend = c.onSend
 	net.onReady = c.onReady
 	for i := 1; i <= size; i++ {
@@ -170,9 +185,10 @@ func runProperty(t *testing.T, seed int64) propertyStats {
 		c.frozenClean[n.id] = true
 	}
 	resource := arbiter.ResourceID(1000)
-	claimTick := func(until time.Time, calm bool) {
+	// claimTick makes a claim attempt every gap..2·gap until until.
+	claimTick := func(until time.Time, kind claimKind, gap time.Duration) {
 		for net.now.Before(until) {
-			net.run(net.now.Add(time.Duration(10+rng.Intn(30)) * time.Millisecond))
+			net.run(net.now.Add(gap + time.Duration(rng.Int63n(int64(gap)))))
 			n := net.nodes[rng.Intn(size)]
 			if n.frozen || n.node.Status().Phase != arbiter.PhaseMember {
 				continue
@@ -190,16 +206,16 @@ func runProperty(t *testing.T, seed int64) propertyStats {
 			if err != nil {
 				continue
 			}
-			c.claims[k] = &pendingClaim{at: net.now, calm: calm}
+			c.claims[k] = &pendingClaim{at: net.now, kind: kind}
 			net.apply(n, rd, "claim")
 		}
 	}
-	claimTick(at(phaseClean), true)
+	claimTick(at(phaseClean), claimBusy, 15*time.Millisecond) // many grants: laps go by fast
 	for _, n := range frozenClean {
 		c.thaw(n)
 	}
 	for _, p := range c.claims {
-		p.calm = false // chaos begins: answered eventually, checked at the end
+		p.kind = claimEventually // chaos begins: answered eventually, checked at the end
 	}
 
 	// Chaos: loss on every link, then a random mix of partitions, one-way
@@ -252,7 +268,7 @@ func runProperty(t *testing.T, seed int64) propertyStats {
 			}
 		case 3: // just loss
 		}
-		claimTick(end, false)
+		claimTick(end, claimEventually, 15*time.Millisecond)
 		if undo != nil {
 			undo()
 		}
@@ -276,9 +292,10 @@ func runProperty(t *testing.T, seed int64) propertyStats {
 	}
 	c.st.maxConverge = max(c.st.maxConverge, net.now.Sub(healed))
 	for _, p := range c.claims {
-		p.calm = false // made before the calm: answered eventually, checked below
+		p.kind = claimEventually // made before the calm: answered eventually, checked below
 	}
-	claimTick(net.now.Add(calmFor), true)
+	// A game's pace: a claim attempt every 50-100 ms in the whole group.
+	claimTick(net.now.Add(calmFor), claimGamePace, 50*time.Millisecond)
 	net.base.loss = 0
 	net.run(net.now.Add(settleFor))
 	c.finish()
@@ -328,30 +345,36 @@ func (c *checker) onSend(from *simNode, b []byte) {
 	if err != nil {
 		c.fail("node %d sent an undecodable message: %v", from.id, err)
 	}
-	if debugGrant != nil {
-		debugGrant(c, from, arbiter.FormatMessage(b))
-	}
 	if from.frozen {
 		c.fail("frozen node %d sent %s", from.id, arbiter.FormatMessage(b))
+	}
+	if c.seed == *traceSeed {
+		c.t.Logf("%v %d->* %s", c.net.now.Sub(simStart), from.id, arbiter.FormatMessage(b))
 	}
 	st := stampOfPB(env.GetStamp())
 	sender := arbiter.MemberID(env.GetSender())
 	switch body := env.Body.(type) {
 	case *pb.Envelope_Grant:
 		e := body.Grant.GetEntry()
-		if es := stampOfPB(e.GetStamp()); es != st {
+		key := grantKey{e.GetSeq(), stampOfPB(e.GetStamp())}
+		if key.stamp != st || c.grantsSeen[key] {
 			return // a copy of an earlier grant for a claimant that missed it
-		}
-		key := [2]uint64{e.GetSeq(), st.Epoch<<32 ^ st.Lap<<16 ^ uint64(st.TS)}
-		if c.grantsSeen[key] {
-			return // the same grant sent again to a claimant that missed it
 		}
 		c.grantsSeen[key] = true
 		c.st.grants++
-		// Grants are totally ordered: a new grant is never stamped below
-		// one already made. Two arbiters granting at once would break it.
-		if stampLessT(st, c.lastGrant) {
-			c.fail("grant %s by %d stamped below an earlier grant %s", st, sender, c.lastGrant)
+		// Terms grant one after the other: once a term granted after
+		// another, the other never grants again. Two arbiters granting at
+		// once would interleave.
+		term := [3]uint64{st.Epoch, st.Lap, uint64(st.TS / arbiter.RangeSize)}
+		if c.closedTerms[term] {
+			c.fail("grant %s by %d in a term that another term's grants followed", st, sender)
+		}
+		if c.st.grants > 1 && term != c.lastTerm {
+			c.closedTerms[c.lastTerm] = true
+		}
+		c.lastTerm = term
+		if c.st.grants > 1 && st.Epoch == c.lastGrant.Epoch && !stampLessT(c.lastGrant, st) {
+			c.fail("grant %s by %d not stamped above the previous grant %s of its epoch", st, sender, c.lastGrant)
 		}
 		c.lastGrant = st
 		r, to := arbiter.ResourceID(e.GetResource()), arbiter.MemberID(e.GetTo())
@@ -361,13 +384,12 @@ func (c *checker) onSend(from *simNode, b []byte) {
 		}
 		c.perLap[lk] = to
 		if prev, ok := c.firstHolder[r]; ok && prev != to {
-			c.st.superseded++ // only after a minority's last lease; see partition-lease.txt
-			if debugSuperseded != nil {
-				debugSuperseded(c, uint64(r), fmt.Sprint(prev, " ", c.firstAt[r]), fmt.Sprint(to, " ", st, " at ", c.net.now.Sub(simStart)))
-			}
+			// A later lap or epoch re-granted an item whose grant it never
+			// learnt: one made in a minority's last lease (see
+			// partition-lease.txt) or given up after SyncTimeout.
+			c.st.superseded++
 		} else {
 			c.firstHolder[r] = to
-			c.firstAt[r] = fmt.Sprint(st, " by ", sender, " at ", c.net.now.Sub(simStart))
 		}
 		c.duty(sender, st)
 	case *pb.Envelope_Ping, *pb.Envelope_Ack, *pb.Envelope_Handoff, *pb.Envelope_Admit:
@@ -402,13 +424,9 @@ func (c *checker) duty(sender arbiter.MemberID, st arbiter.Stamp) {
 }
 
 func (c *checker) onReady(n *simNode, r arbiter.Ready, cause string) {
-	if debugStep != nil {
-		debugStep(c, n, cause)
-	}
 	for _, ev := range r.Events {
-		if debugGrant != nil && ev.Kind != arbiter.EventGrant {
-			st := n.node.Status()
-			debugGrant(c, n, fmt.Sprintf("! %s [%d/%d]", formatEvent(ev), st.GrantHas, st.GrantSeq))
+		if c.seed == *traceSeed {
+			c.t.Logf("%v %d ! %s", c.net.now.Sub(simStart), n.id, formatEvent(ev))
 		}
 		switch ev.Kind {
 		case arbiter.EventDutyBegin:
@@ -436,10 +454,8 @@ func (c *checker) onReady(n *simNode, r arbiter.Ready, cause string) {
 		case arbiter.EventGrant:
 			if c.standing[n.id] == nil {
 				c.standing[n.id] = map[arbiter.ResourceID]arbiter.MemberID{}
-				c.standingAt[n.id] = map[arbiter.ResourceID]arbiter.Stamp{}
 			}
 			c.standing[n.id][ev.Resource] = ev.Member
-			c.standingAt[n.id][ev.Resource] = ev.Stamp
 			if ev.Member == n.id {
 				c.answered(claimKey{n.id, ev.Resource})
 			}
@@ -463,7 +479,11 @@ func (c *checker) answered(k claimKey) {
 		return
 	}
 	delete(c.claims, k)
-	if !p.calm {
+	switch p.kind {
+	case claimEventually:
+		return
+	case claimBusy:
+		c.st.maxHandoffsBusy = max(c.st.maxHandoffsBusy, p.handoffs)
 		return
 	}
 	c.st.claimsChecked++
@@ -577,13 +597,3 @@ func stampLessT(a, b arbiter.Stamp) bool {
 	}
 	return a.TS < b.TS
 }
-
-var dbgNet *simNet
-
-var debugGrant func(c *checker, from *simNode, line string)
-
-var dbgChecker *checker
-
-var debugSuperseded func(c *checker, r uint64, first, second string)
-
-var debugStep func(c *checker, n *simNode, cause string)

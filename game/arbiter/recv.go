@@ -50,6 +50,12 @@ func (n *Node) handle(env *pb.Envelope) {
 		n.metrics.refuse(RefusedFutureStamp)
 		return
 	}
+	if st.Epoch > n.stamp.Epoch && isDuty(env) {
+		// An arbiter serves a newer epoch: a majority moved on without us.
+		n.seenEpoch = max(n.seenEpoch, st.Epoch)
+		n.seenEpochAt = n.now
+		n.requestView()
+	}
 	n.heard[sender] = n.now
 	n.metrics.MessagesHandled.Add(1)
 	switch b := env.Body.(type) {
@@ -95,6 +101,15 @@ func (n *Node) handle(env *pb.Envelope) {
 	}
 }
 
+// isDuty reports whether env is a message only the arbiter sends.
+func isDuty(env *pb.Envelope) bool {
+	switch env.Body.(type) {
+	case *pb.Envelope_Ping, *pb.Envelope_Grant, *pb.Envelope_Deny, *pb.Envelope_Handoff, *pb.Envelope_Ack, *pb.Envelope_View:
+		return true
+	}
+	return false
+}
+
 // acceptDuty checks a duty message's stamp — the sender must serve it (the
 // paper's serverID check, by placement) and it must not be older than this
 // node's term — and adopts it: a higher ts of the same term, or a new term
@@ -108,6 +123,8 @@ func (n *Node) acceptDuty(sender MemberID, st Stamp) bool {
 	case st.Epoch > n.stamp.Epoch:
 		n.requestView() // we missed a membership change
 		return false
+	case n.behind():
+		return false // our epoch is left behind: catch up first
 	case n.owner(st.TS) != sender:
 		n.metrics.refuse(RefusedForgedServer)
 		return false
@@ -252,8 +269,8 @@ func (n *Node) onViewChange(sender MemberID, st Stamp, v *pb.ViewChange) {
 	if e <= n.stamp.Epoch {
 		return
 	}
-	if e > n.stamp.Epoch+1 {
-		n.requestView()
+	if e != nextEpoch(n.stamp.Epoch, sender) {
+		n.requestView() // a change we cannot apply to our view: ask for the view
 		return
 	}
 	subject := MemberID(v.GetSubject())
@@ -300,14 +317,16 @@ func (n *Node) onViewChange(sender MemberID, st Stamp, v *pb.ViewChange) {
 // only from a leased one, so it follows the term that really serves.
 func (n *Node) onCatchUp(sender MemberID, st Stamp, v *pb.ViewChange) {
 	e := v.GetView().GetEpoch()
-	lost := n.holderLost()
+	lost := n.holderLost() || n.behind() && e >= n.seenEpoch
 	switch {
-	case e < n.stamp.Epoch:
-		n.metrics.refuse(RefusedStaleEpoch)
+	case e > n.stamp.Epoch && !(lost || v.GetLeased()):
 		return
 	case e == n.stamp.Epoch && !(lost && v.GetLeased()):
 		return
-	case e > n.stamp.Epoch && !(lost || v.GetLeased()):
+	case e < n.stamp.Epoch && !(lost && v.GetLeased()):
+		// An older epoch's arbiter: unless ours is gone and that one holds
+		// a lease (our epoch's side of a partition died out), stale.
+		n.metrics.refuse(RefusedStaleEpoch)
 		return
 	}
 	nv := viewOf(v.GetView())
@@ -320,9 +339,10 @@ func (n *Node) onCatchUp(sender MemberID, st Stamp, v *pb.ViewChange) {
 		return
 	}
 	old := n.view
-	if e > n.stamp.Epoch {
-		// We missed an epoch: possibly a takeover after which our grants
-		// are not the group's. Take the arbiter's log; repairs fill it.
+	if e != n.stamp.Epoch {
+		// We missed an epoch, or were on another history's: after a
+		// takeover our grants may not be the group's. Take the arbiter's
+		// log; repairs fill it.
 		n.restartLog(v.GetGrantSeq())
 	}
 	n.installView(nv, st, sender)
@@ -342,7 +362,7 @@ func (n *Node) onCatchUp(sender MemberID, st Stamp, v *pb.ViewChange) {
 // (want, in place order) at the next epoch, and that its sender serves next.
 func (n *Node) followsView(v *pb.View, next Stamp, sender MemberID, want []member) bool {
 	nv := viewOf(v)
-	if v.GetEpoch() != n.stamp.Epoch+1 || next.Epoch != v.GetEpoch() || len(nv) != len(want) || !ownsIn(nv, next, sender) {
+	if v.GetEpoch() != nextEpoch(n.stamp.Epoch, sender) || next.Epoch != v.GetEpoch() || len(nv) != len(want) || !ownsIn(nv, next, sender) {
 		n.metrics.refuse(RefusedInconsistent)
 		return false
 	}
@@ -405,6 +425,9 @@ func (n *Node) onHandoff(sender MemberID, h *pb.Handoff) {
 	n.sendAt(next, &pb.Envelope{Body: &pb.Envelope_Ack{Ack: &pb.Ack{From: uint32(sender)}}})
 	n.becomeHolder(ViaHandoff, n.boundedSeq(h.GetGrantSeq()))
 	n.duty.predecessor = prev
+	for _, q := range h.GetQueue() {
+		n.duty.queue = append(n.duty.queue, queuedClaim{from: MemberID(q.GetMember()), resource: ResourceID(q.GetResource())})
+	}
 }
 
 func (n *Node) onPing(sender MemberID, p *pb.Ping) {
@@ -461,6 +484,9 @@ func (n *Node) onPong(sender MemberID, st Stamp, p *pb.Pong) {
 	prev := p.GetCarryFrom()
 	for _, e := range p.GetGrants() {
 		g := grantOf(e)
+		if g.seq > n.boundedSeq(g.seq) {
+			break // a member cannot know grants a whole window ahead of the arbiter
+		}
 		n.learn(g)
 		if kept := n.log.entries[g.seq]; kept.stamp != g.stamp && g.seq-1 < d.repairFrom {
 			d.repairFrom = g.seq - 1 // the sender holds a grant our term overrode: repair it
@@ -512,7 +538,7 @@ func (n *Node) onChat(sender MemberID, st Stamp, c *pb.Chat) {
 // again.
 func (n *Node) restartLog(last uint64) {
 	n.log = newGrantLog(n.cfg.LogWindow)
-	n.log.startAt(min(last, maxSeq))
+	n.log.startAt(last)
 }
 
 // learn records a grant heard live, repaired or carried by a PONG, and
@@ -553,13 +579,10 @@ func (n *Node) learn(g grant) {
 // grants the arbiter lacks, by place and PING.
 const carrySlices = 4
 
-// maxSeq keeps sequence arithmetic far from overflow whatever a peer says.
-const maxSeq = 1 << 62
-
 // boundedSeq limits how far a peer's report can move a grant target: one
 // window past what this node knows.
 func (n *Node) boundedSeq(s uint64) uint64 {
-	if lim := min(n.log.last+n.log.window, maxSeq); s > lim {
+	if lim := n.log.last + n.log.window; s > lim {
 		return lim
 	}
 	return s

@@ -456,11 +456,11 @@ func (e *scenarioEnv) forge(from *simNode, kind string, kv map[string]string) {
 	st := from.node.Status()
 	stamp := &pb.Stamp{Epoch: st.Stamp.Epoch, Lap: st.Stamp.Lap, Ts: st.Stamp.TS}
 	if v, ok := kv["stamp"]; ok {
-		var ep, lap, ts uint64
-		if _, err := fmt.Sscanf(v, "e%d/l%d/t%d", &ep, &lap, &ts); err != nil {
+		var count, author, lap, ts uint64
+		if _, err := fmt.Sscanf(v, "e%d.%d/l%d/t%d", &count, &author, &lap, &ts); err != nil {
 			panic(err)
 		}
-		stamp = &pb.Stamp{Epoch: ep, Lap: lap, Ts: uint32(ts)}
+		stamp = &pb.Stamp{Epoch: count<<32 | author, Lap: lap, Ts: uint32(ts)}
 	}
 	sender := uint32(from.id)
 	if v, ok := kv["sender"]; ok {

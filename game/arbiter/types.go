@@ -19,13 +19,25 @@ type ResourceID uint64
 // the lap added: ts runs 0 .. 10·N-1 within a lap (N members), the member
 // at place p serves ts 10p .. 10p+9, and where the paper resets ts to 0 the
 // lap counts up instead. Stamps of one epoch compare as (lap, ts).
+//
+// An epoch names one view and who made it: the number of changes so far in
+// the high 32 bits and the member that made the last one (the arbiter on
+// duty) in the low 32. Two arbiters on two sides of a partition that each
+// start an epoch from the same one so give them different names, and the
+// histories never mix under one (epoch, lap).
 type Stamp struct {
 	Epoch uint64
 	Lap   uint64
 	TS    uint32
 }
 
-func (s Stamp) String() string { return fmt.Sprintf("e%d/l%d/t%d", s.Epoch, s.Lap, s.TS) }
+// nextEpoch names the epoch that author makes after e.
+func nextEpoch(e uint64, author MemberID) uint64 { return (e>>32+1)<<32 | uint64(author) }
+
+// epochString renders an epoch as count.author.
+func epochString(e uint64) string { return fmt.Sprintf("%d.%d", e>>32, uint32(e)) }
+
+func (s Stamp) String() string { return fmt.Sprintf("e%s/l%d/t%d", epochString(s.Epoch), s.Lap, s.TS) }
 
 // place is the place in the view of the member serving s.
 func (s Stamp) place() int { return int(s.TS / RangeSize) }

@@ -14,6 +14,9 @@ import (
 // maxWireTS bounds ts on the wire: no view holds more than MaxMembersLimit.
 const maxWireTS = MaxMembersLimit * RangeSize
 
+// maxWireSeq bounds grant sequence numbers on the wire, far below overflow.
+const maxWireSeq = 1 << 62
+
 // Decode parses one message and checks everything that can be checked
 // without the receiver's state: size, presence of the fields its kind
 // needs, list lengths, IDs, teams, text. It allocates only after the size
@@ -54,6 +57,14 @@ func checkEnvelope(env *pb.Envelope) error {
 	if err := checkStamp(env.GetStamp()); err != nil {
 		return err
 	}
+	for _, seq := range []uint64{
+		env.GetAdmit().GetGrantSeq(), env.GetView().GetGrantSeq(), env.GetView().GetSkipTo(),
+		env.GetHandoff().GetGrantSeq(), env.GetPing().GetGrantSeq(), env.GetPong().GetGrantSeq(),
+	} {
+		if seq >= maxWireSeq {
+			return fmt.Errorf("grant sequence %d beyond %d", seq, uint64(maxWireSeq))
+		}
+	}
 	switch b := env.Body.(type) {
 	case *pb.Envelope_Admit:
 		a := b.Admit
@@ -76,6 +87,9 @@ func checkEnvelope(env *pb.Envelope) error {
 		if r := v.GetReason(); r < pb.ViewChange_LEFT || r > pb.ViewChange_TAKEOVER {
 			return fmt.Errorf("reason %d", r)
 		}
+		if v.GetSkipTo() != 0 && v.GetSkipTo() < v.GetGrantSeq() {
+			return fmt.Errorf("skip to %d below grant %d", v.GetSkipTo(), v.GetGrantSeq())
+		}
 		if err := checkView(v.GetView()); err != nil {
 			return err
 		}
@@ -88,21 +102,37 @@ func checkEnvelope(env *pb.Envelope) error {
 		if n := len(h.GetDutyState()); n > MaxDutyState {
 			return fmt.Errorf("duty state of %d bytes: limit %d", n, MaxDutyState)
 		}
+		if n := len(h.GetQueue()); n > MaxHandedClaims {
+			return fmt.Errorf("%d claims handed over: limit %d", n, MaxHandedClaims)
+		}
+		for _, q := range h.GetQueue() {
+			if q.GetMember() == 0 {
+				return errors.New("a claim handed over without its member")
+			}
+		}
 		return checkStamp(h.GetNext())
 	case *pb.Envelope_Ack:
 		if b.Ack.GetFrom() == 0 {
 			return errors.New("from 0")
 		}
 	case *pb.Envelope_Ping:
-		if b.Ping.GetSeq() == 0 {
+		p := b.Ping
+		if p.GetSeq() == 0 {
 			return errors.New("seq 0")
 		}
-		return checkGrants(b.Ping.GetRepairs())
-	case *pb.Envelope_Pong:
-		if b.Pong.GetTo() == 0 || b.Pong.GetSeq() == 0 {
-			return fmt.Errorf("to %d, seq %d: neither may be 0", b.Pong.GetTo(), b.Pong.GetSeq())
+		if p.GetGrantHave() > p.GetGrantSeq() || p.GetDigestFrom() > p.GetGrantHave() {
+			return fmt.Errorf("grants: has %d of %d, digest from %d", p.GetGrantHave(), p.GetGrantSeq(), p.GetDigestFrom())
 		}
-		return checkGrants(b.Pong.GetGrants())
+		return checkRange("repair", p.GetRepairFrom(), p.GetRepairTo(), p.GetGrantHave(), p.GetRepairs())
+	case *pb.Envelope_Pong:
+		p := b.Pong
+		if p.GetTo() == 0 || p.GetSeq() == 0 {
+			return fmt.Errorf("to %d, seq %d: neither may be 0", p.GetTo(), p.GetSeq())
+		}
+		if p.GetGrantHave() > p.GetGrantSeq() {
+			return fmt.Errorf("grants: has %d of %d", p.GetGrantHave(), p.GetGrantSeq())
+		}
+		return checkRange("carry", p.GetCarryFrom(), p.GetCarryTo(), p.GetGrantHave(), p.GetGrants())
 	case *pb.Envelope_Grant:
 		return checkGrants([]*pb.GrantEntry{b.Grant.GetEntry()})
 	case *pb.Envelope_Deny:
@@ -128,7 +158,7 @@ func checkStamp(s *pb.Stamp) error {
 	if s == nil {
 		return errors.New("no stamp")
 	}
-	if s.GetEpoch() == 0 {
+	if s.GetEpoch()>>32 == 0 {
 		return errors.New("epoch 0")
 	}
 	if s.GetTs() >= maxWireTS {
@@ -145,7 +175,7 @@ func checkView(v *pb.View) error {
 	if len(ms) == 0 || len(ms) > MaxMembersLimit {
 		return fmt.Errorf("view of %d members outside [1, %d]", len(ms), MaxMembersLimit)
 	}
-	if v.GetEpoch() == 0 {
+	if v.GetEpoch()>>32 == 0 {
 		return errors.New("view epoch 0")
 	}
 	for i, m := range ms {
@@ -161,13 +191,35 @@ func checkView(v *pb.View) error {
 	return nil
 }
 
+// checkRange checks grants sent as everything the sender holds in
+// (from, to], to within what it holds completely (have).
+func checkRange(what string, from, to, have uint64, gs []*pb.GrantEntry) error {
+	if len(gs) > 0 && to == 0 {
+		return fmt.Errorf("%d %s grants without a range", len(gs), what)
+	}
+	if to != 0 && (to <= from || to > have) {
+		return fmt.Errorf("%s range (%d, %d] outside (0, %d]", what, from, to, have)
+	}
+	if err := checkGrants(gs); err != nil {
+		return err
+	}
+	prev := from
+	for _, g := range gs {
+		if g.GetSeq() <= prev || g.GetSeq() > to {
+			return fmt.Errorf("%s grant %d out of order or outside (%d, %d]", what, g.GetSeq(), from, to)
+		}
+		prev = g.GetSeq()
+	}
+	return nil
+}
+
 func checkGrants(gs []*pb.GrantEntry) error {
 	if len(gs) > MaxRepairs {
 		return fmt.Errorf("%d grants: limit %d", len(gs), MaxRepairs)
 	}
 	for _, g := range gs {
-		if g == nil || g.GetSeq() == 0 || g.GetTo() == 0 {
-			return errors.New("grant without seq or holder")
+		if g == nil || g.GetSeq() == 0 || g.GetSeq() >= maxWireSeq || g.GetTo() == 0 {
+			return errors.New("grant without a valid seq or holder")
 		}
 		if err := checkStamp(g.GetStamp()); err != nil {
 			return fmt.Errorf("grant %d: %w", g.GetSeq(), err)
@@ -247,7 +299,7 @@ func FormatMessage(b []byte) string {
 		for i, m := range v.GetMembers() {
 			parts[i] = fmt.Sprintf("%d:t%d", m.GetId(), m.GetTeam())
 		}
-		return fmt.Sprintf("e%d[%s]", v.GetEpoch(), strings.Join(parts, " "))
+		return fmt.Sprintf("e%s[%s]", epochString(v.GetEpoch()), strings.Join(parts, " "))
 	}
 	grants := func(gs []*pb.GrantEntry) string {
 		parts := make([]string, len(gs))
@@ -271,6 +323,13 @@ func FormatMessage(b []byte) string {
 	case *pb.Envelope_Handoff:
 		h := b.Handoff
 		fmt.Fprintf(&sb, " to=%d next=%s grants=%d state=%q", h.GetTo(), stampOf(h.GetNext()), h.GetGrantSeq(), h.GetDutyState())
+		if q := h.GetQueue(); len(q) > 0 {
+			parts := make([]string, len(q))
+			for i, c := range q {
+				parts[i] = fmt.Sprintf("%d:r%d", c.GetMember(), c.GetResource())
+			}
+			fmt.Fprintf(&sb, " queue=[%s]", strings.Join(parts, " "))
+		}
 	case *pb.Envelope_Ack:
 		fmt.Fprintf(&sb, " from=%d", b.Ack.GetFrom())
 	case *pb.Envelope_Ping:

@@ -1000,11 +1000,14 @@ func (*ViewRequest) Descriptor() ([]byte, []int) {
 // whose term starts at next (the ts leaps 10 for every skipped member). An
 // arbiter that leaves hands off first, then sends LEAVE like anyone else.
 type Handoff struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	To            uint32                 `protobuf:"varint,1,opt,name=to,proto3" json:"to,omitempty"`
-	Next          *Stamp                 `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
-	GrantSeq      uint64                 `protobuf:"varint,3,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`   // the newest grant the successor must know before granting
-	DutyState     []byte                 `protobuf:"bytes,4,opt,name=duty_state,json=dutyState,proto3" json:"duty_state,omitempty"` // opaque state of the duties a driver hangs on the arbiter
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	To        uint32                 `protobuf:"varint,1,opt,name=to,proto3" json:"to,omitempty"`
+	Next      *Stamp                 `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
+	GrantSeq  uint64                 `protobuf:"varint,3,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`   // the newest grant the successor must know before granting
+	DutyState []byte                 `protobuf:"bytes,4,opt,name=duty_state,json=dutyState,proto3" json:"duty_state,omitempty"` // opaque state of the duties a driver hangs on the arbiter
+	// Claims the arbiter received but could not decide in its term, in the
+	// order they arrived: the successor decides them first.
+	Queue         []*QueuedClaim `protobuf:"bytes,5,rep,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1067,6 +1070,66 @@ func (x *Handoff) GetDutyState() []byte {
 	return nil
 }
 
+func (x *Handoff) GetQueue() []*QueuedClaim {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
+// QueuedClaim is a claim handed over with the duty.
+type QueuedClaim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        uint32                 `protobuf:"varint,1,opt,name=member,proto3" json:"member,omitempty"`
+	Resource      uint64                 `protobuf:"varint,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuedClaim) Reset() {
+	*x = QueuedClaim{}
+	mi := &file_arbiter_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuedClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuedClaim) ProtoMessage() {}
+
+func (x *QueuedClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuedClaim.ProtoReflect.Descriptor instead.
+func (*QueuedClaim) Descriptor() ([]byte, []int) {
+	return file_arbiter_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *QueuedClaim) GetMember() uint32 {
+	if x != nil {
+		return x.Member
+	}
+	return 0
+}
+
+func (x *QueuedClaim) GetResource() uint64 {
+	if x != nil {
+		return x.Resource
+	}
+	return 0
+}
+
 // Ack is the successor's answer to a Handoff (the paper's RESPONSE); its
 // envelope stamp opens the new term.
 type Ack struct {
@@ -1078,7 +1141,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_arbiter_proto_msgTypes[11]
+	mi := &file_arbiter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1153,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_proto_msgTypes[11]
+	mi := &file_arbiter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1166,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_arbiter_proto_rawDescGZIP(), []int{11}
+	return file_arbiter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ack) GetFrom() uint32 {
@@ -1137,7 +1200,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_arbiter_proto_msgTypes[12]
+	mi := &file_arbiter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1212,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_proto_msgTypes[12]
+	mi := &file_arbiter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1225,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_arbiter_proto_rawDescGZIP(), []int{12}
+	return file_arbiter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -1239,7 +1302,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_arbiter_proto_msgTypes[13]
+	mi := &file_arbiter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1314,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_proto_msgTypes[13]
+	mi := &file_arbiter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1327,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_arbiter_proto_rawDescGZIP(), []int{13}
+	return file_arbiter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Pong) GetTo() uint32 {
@@ -1326,7 +1389,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_arbiter_proto_msgTypes[14]
+	mi := &file_arbiter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1401,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_proto_msgTypes[14]
+	mi := &file_arbiter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1414,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_arbiter_proto_rawDescGZIP(), []int{14}
+	return file_arbiter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Claim) GetResource() uint64 {
@@ -1374,7 +1437,7 @@ type GrantEntry struct {
 
 func (x *GrantEntry) Reset() {
 	*x = GrantEntry{}
-	mi := &file_arbiter_proto_msgTypes[15]
+	mi := &file_arbiter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1449,7 @@ func (x *GrantEntry) String() string {
 func (*GrantEntry) ProtoMessage() {}
 
 func (x *GrantEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_proto_msgTypes[15]
+	mi := &file_arbiter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1462,7 @@ func (x *GrantEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEntry.ProtoReflect.Descriptor instead.
 func (*GrantEntry) Descriptor() ([]byte, []int) {
-	return file_arbiter_proto_rawDescGZIP(), []int{15}
+	return file_arbiter_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GrantEntry) GetSeq() uint64 {
@@ -1440,7 +1503,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_arbiter_proto_msgTypes[16]
+	mi := &file_arbiter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1515,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_proto_msgTypes[16]
+	mi := &file_arbiter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1528,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_arbiter_proto_rawDescGZIP(), []int{16}
+	return file_arbiter_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Grant) GetEntry() *GrantEntry {
@@ -1487,7 +1550,7 @@ type Deny struct {
 
 func (x *Deny) Reset() {
 	*x = Deny{}
-	mi := &file_arbiter_proto_msgTypes[17]
+	mi := &file_arbiter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1562,7 @@ func (x *Deny) String() string {
 func (*Deny) ProtoMessage() {}
 
 func (x *Deny) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_proto_msgTypes[17]
+	mi := &file_arbiter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1575,7 @@ func (x *Deny) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deny.ProtoReflect.Descriptor instead.
 func (*Deny) Descriptor() ([]byte, []int) {
-	return file_arbiter_proto_rawDescGZIP(), []int{17}
+	return file_arbiter_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Deny) GetResource() uint64 {
@@ -1547,7 +1610,7 @@ type Chat struct {
 
 func (x *Chat) Reset() {
 	*x = Chat{}
-	mi := &file_arbiter_proto_msgTypes[18]
+	mi := &file_arbiter_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1622,7 @@ func (x *Chat) String() string {
 func (*Chat) ProtoMessage() {}
 
 func (x *Chat) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_proto_msgTypes[18]
+	mi := &file_arbiter_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1635,7 @@ func (x *Chat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chat.ProtoReflect.Descriptor instead.
 func (*Chat) Descriptor() ([]byte, []int) {
-	return file_arbiter_proto_rawDescGZIP(), []int{18}
+	return file_arbiter_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Chat) GetTeam() bool {
@@ -1661,13 +1724,17 @@ const file_arbiter_proto_rawDesc = "" +
 	"\aDROPPED\x10\x02\x12\f\n" +
 	"\bCATCH_UP\x10\x03\x12\f\n" +
 	"\bTAKEOVER\x10\x04\"\r\n" +
-	"\vViewRequest\"\x83\x01\n" +
+	"\vViewRequest\"\xb9\x01\n" +
 	"\aHandoff\x12\x0e\n" +
 	"\x02to\x18\x01 \x01(\rR\x02to\x12,\n" +
 	"\x04next\x18\x02 \x01(\v2\x18.overworld.arbiter.StampR\x04next\x12\x1b\n" +
 	"\tgrant_seq\x18\x03 \x01(\x04R\bgrantSeq\x12\x1d\n" +
 	"\n" +
-	"duty_state\x18\x04 \x01(\fR\tdutyState\"\x19\n" +
+	"duty_state\x18\x04 \x01(\fR\tdutyState\x124\n" +
+	"\x05queue\x18\x05 \x03(\v2\x1e.overworld.arbiter.QueuedClaimR\x05queue\"A\n" +
+	"\vQueuedClaim\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\rR\x06member\x12\x1a\n" +
+	"\bresource\x18\x02 \x01(\x04R\bresource\"\x19\n" +
 	"\x03Ack\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\"\x84\x02\n" +
 	"\x04Ping\x12\x10\n" +
@@ -1723,7 +1790,7 @@ func file_arbiter_proto_rawDescGZIP() []byte {
 }
 
 var file_arbiter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_arbiter_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_arbiter_proto_goTypes = []any{
 	(Full_Reason)(0),       // 0: overworld.arbiter.Full.Reason
 	(ViewChange_Reason)(0), // 1: overworld.arbiter.ViewChange.Reason
@@ -1738,14 +1805,15 @@ var file_arbiter_proto_goTypes = []any{
 	(*ViewChange)(nil),     // 10: overworld.arbiter.ViewChange
 	(*ViewRequest)(nil),    // 11: overworld.arbiter.ViewRequest
 	(*Handoff)(nil),        // 12: overworld.arbiter.Handoff
-	(*Ack)(nil),            // 13: overworld.arbiter.Ack
-	(*Ping)(nil),           // 14: overworld.arbiter.Ping
-	(*Pong)(nil),           // 15: overworld.arbiter.Pong
-	(*Claim)(nil),          // 16: overworld.arbiter.Claim
-	(*GrantEntry)(nil),     // 17: overworld.arbiter.GrantEntry
-	(*Grant)(nil),          // 18: overworld.arbiter.Grant
-	(*Deny)(nil),           // 19: overworld.arbiter.Deny
-	(*Chat)(nil),           // 20: overworld.arbiter.Chat
+	(*QueuedClaim)(nil),    // 13: overworld.arbiter.QueuedClaim
+	(*Ack)(nil),            // 14: overworld.arbiter.Ack
+	(*Ping)(nil),           // 15: overworld.arbiter.Ping
+	(*Pong)(nil),           // 16: overworld.arbiter.Pong
+	(*Claim)(nil),          // 17: overworld.arbiter.Claim
+	(*GrantEntry)(nil),     // 18: overworld.arbiter.GrantEntry
+	(*Grant)(nil),          // 19: overworld.arbiter.Grant
+	(*Deny)(nil),           // 20: overworld.arbiter.Deny
+	(*Chat)(nil),           // 21: overworld.arbiter.Chat
 }
 var file_arbiter_proto_depIdxs = []int32{
 	2,  // 0: overworld.arbiter.Envelope.stamp:type_name -> overworld.arbiter.Stamp
@@ -1756,13 +1824,13 @@ var file_arbiter_proto_depIdxs = []int32{
 	10, // 5: overworld.arbiter.Envelope.view:type_name -> overworld.arbiter.ViewChange
 	11, // 6: overworld.arbiter.Envelope.view_request:type_name -> overworld.arbiter.ViewRequest
 	12, // 7: overworld.arbiter.Envelope.handoff:type_name -> overworld.arbiter.Handoff
-	13, // 8: overworld.arbiter.Envelope.ack:type_name -> overworld.arbiter.Ack
-	14, // 9: overworld.arbiter.Envelope.ping:type_name -> overworld.arbiter.Ping
-	15, // 10: overworld.arbiter.Envelope.pong:type_name -> overworld.arbiter.Pong
-	16, // 11: overworld.arbiter.Envelope.claim:type_name -> overworld.arbiter.Claim
-	18, // 12: overworld.arbiter.Envelope.grant:type_name -> overworld.arbiter.Grant
-	19, // 13: overworld.arbiter.Envelope.deny:type_name -> overworld.arbiter.Deny
-	20, // 14: overworld.arbiter.Envelope.chat:type_name -> overworld.arbiter.Chat
+	14, // 8: overworld.arbiter.Envelope.ack:type_name -> overworld.arbiter.Ack
+	15, // 9: overworld.arbiter.Envelope.ping:type_name -> overworld.arbiter.Ping
+	16, // 10: overworld.arbiter.Envelope.pong:type_name -> overworld.arbiter.Pong
+	17, // 11: overworld.arbiter.Envelope.claim:type_name -> overworld.arbiter.Claim
+	19, // 12: overworld.arbiter.Envelope.grant:type_name -> overworld.arbiter.Grant
+	20, // 13: overworld.arbiter.Envelope.deny:type_name -> overworld.arbiter.Deny
+	21, // 14: overworld.arbiter.Envelope.chat:type_name -> overworld.arbiter.Chat
 	4,  // 15: overworld.arbiter.View.members:type_name -> overworld.arbiter.Member
 	5,  // 16: overworld.arbiter.Admit.view:type_name -> overworld.arbiter.View
 	2,  // 17: overworld.arbiter.Admit.next:type_name -> overworld.arbiter.Stamp
@@ -1771,15 +1839,16 @@ var file_arbiter_proto_depIdxs = []int32{
 	5,  // 20: overworld.arbiter.ViewChange.view:type_name -> overworld.arbiter.View
 	2,  // 21: overworld.arbiter.ViewChange.next:type_name -> overworld.arbiter.Stamp
 	2,  // 22: overworld.arbiter.Handoff.next:type_name -> overworld.arbiter.Stamp
-	17, // 23: overworld.arbiter.Ping.repairs:type_name -> overworld.arbiter.GrantEntry
-	17, // 24: overworld.arbiter.Pong.grants:type_name -> overworld.arbiter.GrantEntry
-	2,  // 25: overworld.arbiter.GrantEntry.stamp:type_name -> overworld.arbiter.Stamp
-	17, // 26: overworld.arbiter.Grant.entry:type_name -> overworld.arbiter.GrantEntry
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	13, // 23: overworld.arbiter.Handoff.queue:type_name -> overworld.arbiter.QueuedClaim
+	18, // 24: overworld.arbiter.Ping.repairs:type_name -> overworld.arbiter.GrantEntry
+	18, // 25: overworld.arbiter.Pong.grants:type_name -> overworld.arbiter.GrantEntry
+	2,  // 26: overworld.arbiter.GrantEntry.stamp:type_name -> overworld.arbiter.Stamp
+	18, // 27: overworld.arbiter.Grant.entry:type_name -> overworld.arbiter.GrantEntry
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_arbiter_proto_init() }
@@ -1809,7 +1878,7 @@ func file_arbiter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_arbiter_proto_rawDesc), len(file_arbiter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
