@@ -1,5 +1,6 @@
 // Package arbiter implements the rotating arbiter of Mazzacano (2003,
-// paper 003 in ../../shared/seeds): a group of peers on one multicast
+// "A Reliable Multicast Protocol for a Distributed System", the project's
+// paper 003): a group of peers on one multicast
 // channel with no fixed server, in which one member at a time is the
 // arbiter ("server") that admits players, orders contested events and
 // grants first-come resources, and the duty moves from member to member by
@@ -10,12 +11,15 @@
 // # The protocol (paper §3.3-3.7, and what we chose where it is silent)
 //
 // Logical clock (§3.3). Every message carries a Stamp: the membership
-// epoch (the view's version), the lap and ts. Only the arbiter advances
-// ts, by one per event it decides (a grant, an admission, a departure);
-// the others adopt a higher ts from the arbiter's messages. With N members
-// ts runs 0 .. 10N-1; where the paper resets it to 0 ("if ts == N·10-1 →
-// 0; else if ts > N·10-1 → ts = inc", not a modulo), we count laps, so a
-// message of an old lap is never mistaken for a new one.
+// epoch, the lap and ts. Only the arbiter advances ts, by one per event it
+// decides (a grant, an admission, a departure); the others adopt a higher
+// ts from the arbiter's messages. With N members ts runs 0 .. 10N-1; where
+// the paper resets it to 0 ("if ts == N·10-1 → 0; else if ts > N·10-1 →
+// ts = inc", not a modulo), we count laps, so a message of an old lap is
+// never mistaken for a new one. An epoch is named by the number of
+// membership changes and the member that made the last one (e3.1: the
+// third view, made by member 1), so that two sides of a partition never
+// give one name to two histories.
 //
 // Duty by ranges (§3.4). The member at place p of the view (join order)
 // serves ts 10p .. 10p+9 (MAX_SERVER_TRANS = 10). The arbiter for a stamp
@@ -33,8 +37,11 @@
 // carries the newest grant's number and an opaque duty state
 // (SetDutyState), which the successor gets in EventDutyBegin. A HANDOFF is
 // repeated every HandoffRetry; without ACK after HandoffTimeout the
-// successor is skipped like a frozen member. Members that missed both
-// follow the new term when their old arbiter answers the new one's PING.
+// successor is skipped like a frozen member. Claims the arbiter received
+// but could not decide before its range ran out go with the HANDOFF, and
+// the successor decides them first (first come across terms). Members that
+// missed HANDOFF and ACK follow the new term when their old arbiter answers
+// the new one's PING.
 //
 // PING check (§3.4). The arbiter PINGs when its term starts, as in the
 // paper, and then every Heartbeat; members answer PONG. A member whose PONG
@@ -70,11 +77,14 @@
 // when the duty moves. Each grant is the seq-th of the game; every member
 // keeps the last LogWindow grants from the multicast GRANTs, and PING and
 // PONG carry the ones others lack (with explicit ranges, so a number
-// nobody holds is known not to exist), plus a digest that makes a member
-// whose log differs take the arbiter's. A new arbiter grants nothing until
-// it holds every grant its predecessors made (it waits while repairs make
-// progress; SyncTimeout without progress gives them up and opens a new
-// lap).
+// nobody holds is known not to exist; members carry turning slices so a
+// far-behind arbiter catches up fast), plus a digest of the arbiter's log
+// that makes a member whose log differs take the arbiter's. A new arbiter
+// grants nothing until it holds every grant its predecessors made (it
+// waits while repairs make progress; SyncTimeout without progress gives
+// them up and opens a new lap). When two grants of one resource meet, the
+// one with the later stamp stands; EventGrant reports the grant that
+// stands whenever it changes.
 //
 // # What the paper leaves open: failures and partitions
 //
@@ -91,19 +101,28 @@
 // PINGs; once a majority answered it starts a new epoch (same members), so
 // whoever followed the silent arbiter comes back through CATCH_UP and
 // takes this side's grant log. An arbiter without a lease for
-// TakeoverTimeout abdicates. A member that finds itself behind (a newer
-// epoch, or its arbiter lost) asks with VIEW? and installs the CATCH_UP
-// view an arbiter answers — from a leased arbiter unless its own promise
-// has expired. A process that notices it was suspended (a gap of
-// SuspendAfter between calls) distrusts its view of the duty in the same
-// way and does not take over at once.
+// TakeoverTimeout abdicates. A member that sees an arbiter serving a newer
+// epoch than its own is behind: it follows nobody of its old epoch, answers
+// no PING, takes nothing over and decides nothing until it caught up, so
+// that no majority forms on an epoch the group has left. It asks with VIEW?
+// and installs the CATCH_UP view an arbiter answers (with the arbiter's
+// grant log in place of its own): from a leased arbiter, or from any
+// arbiter of a newer epoch once its own promise has expired; a member
+// whose arbiter is gone also returns to an older epoch's leased arbiter
+// (its side of a partition died out). A process that notices it was
+// suspended (a gap of SuspendAfter between calls) distrusts its view of
+// the duty in the same way and does not take over at once.
 //
 // Limits. A grant made by a minority arbiter in its last lease and heard
 // by nobody on the majority side cannot be known there; the majority may
 // grant the item again in its new lap and epoch (never in the same one),
 // and when the partition heals the majority's grant stands everywhere.
-// Preventing it would need a majority to acknowledge each grant before it
-// is sent. Placement checks who may speak for a stamp, not whether the
+// The same holds for grants a new arbiter gives up after SyncTimeout
+// because nobody it can reach holds them. Preventing both would need a
+// majority to acknowledge each grant before it is sent (one more round
+// trip per grant). A member whose superseded grant left every log before
+// it came back (older than LogWindow grants) is never told it was
+// superseded. Placement checks who may speak for a stamp, not whether the
 // stamp is current: a member can claim its own range early, which members
 // refuse while their arbiter is alive (out_of_turn), and a joiner, a
 // member catching up and a new arbiter merging PONG carries trust what

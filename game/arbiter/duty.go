@@ -36,8 +36,8 @@ func (n *Node) create() {
 // a minority side, a process that was stopped — can then only come back
 // through CATCH_UP, which hands it this side's grant log, so a grant the
 // silent arbiter made in its last lease that nobody here heard cannot
-// survive. Only a leased arbiter changes epochs, so two sides never mint
-// the same epoch.
+// survive. Epochs are named by their author, so two sides that each start
+// one from the same epoch never give them one name.
 func (n *Node) takeOver() {
 	n.adoptTerm(Stamp{Epoch: n.stamp.Epoch, Lap: n.stamp.Lap + 1, TS: uint32(n.placeOf(n.id) * RangeSize)}, n.id)
 	n.becomeHolder(ViaTakeover, n.log.last)
@@ -69,7 +69,6 @@ func (n *Node) becomeHolder(via Via, syncTarget uint64) {
 	n.holder = n.id
 	n.duty = &duty{
 		via:          via,
-		began:        n.now,
 		pongSeq:      map[MemberID]uint64{},
 		lastLeased:   n.now,
 		syncTarget:   syncTarget,
@@ -217,6 +216,7 @@ func (n *Node) abdicate() {
 // granted twice in one lap.
 func (n *Node) giveUpSync() {
 	target := max(n.duty.syncTarget, n.log.last)
+	n.metrics.SyncGiveUps.Add(1)
 	n.metrics.GrantsLost.Add(target - n.log.have)
 	n.log.skipTo(target)
 	unsealed := n.duty.newEpoch
@@ -522,6 +522,14 @@ func (n *Node) pickSuccessor() {
 		return
 	}
 	n.resume()
+	n.takeClaims(h.queue) // decided first in the new term
+}
+
+// takeClaims queues claims handed over with the duty.
+func (n *Node) takeClaims(qs []*pb.QueuedClaim) {
+	for _, q := range qs {
+		n.duty.queue = append(n.duty.queue, queuedClaim{from: MemberID(q.GetMember()), resource: ResourceID(q.GetResource())})
+	}
 }
 
 func (n *Node) sendHandoff() {

@@ -62,7 +62,8 @@ type Metrics struct {
 	Abdications     atomic.Uint64 // terms given up for want of a lease
 	Laps            atomic.Uint64 // wrap-arounds this node served
 	GrantsLearned   atomic.Uint64 // grants this node learned (live, repaired or carried)
-	GrantsLost      atomic.Uint64 // grants given up by a new arbiter after SyncTimeout
+	SyncGiveUps     atomic.Uint64 // times a new arbiter gave up missing grants after SyncTimeout
+	GrantsLost      atomic.Uint64 // sequence numbers it gave up then (grants, or numbers never used)
 	GrantConflicts  atomic.Uint64 // grants of one resource to two members found in the log
 	LogResets       atomic.Uint64 // grant logs dropped for the arbiter's (they differed)
 	ChatsDelivered  atomic.Uint64
@@ -101,7 +102,8 @@ func (m *Metrics) counters() []namedCounter {
 		{"abdications", "Terms given up for want of a lease.", &m.Abdications},
 		{"laps", "Wrap-arounds of the logical clock served.", &m.Laps},
 		{"grants_learned", "Grants learned from the group.", &m.GrantsLearned},
-		{"grants_lost", "Grants given up after the sync timeout.", &m.GrantsLost},
+		{"sync_give_ups", "Times a new arbiter gave up missing grants.", &m.SyncGiveUps},
+		{"grants_lost", "Grant numbers given up after the sync timeout.", &m.GrantsLost},
 		{"grant_conflicts", "Grants of one resource to two members found.", &m.GrantConflicts},
 		{"log_resets", "Grant logs dropped for the arbiter's.", &m.LogResets},
 		{"chats_delivered", "Chat lines delivered.", &m.ChatsDelivered},

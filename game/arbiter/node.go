@@ -44,7 +44,6 @@ type queuedClaim struct {
 type duty struct {
 	via         Via
 	predecessor Stamp // the term that handed over (ViaHandoff)
-	began       time.Time
 	pingSeq     uint64
 	pingSent    [pingRing]time.Time // send time of ping seq, at seq % pingRing
 	pongSeq     map[MemberID]uint64 // newest of this term's PINGs each member answered
@@ -111,7 +110,7 @@ type Node struct {
 	holderHeard  time.Time // the last accepted duty message from holder
 	forcedLost   bool      // suspended or abdicated: accept the group's current term
 	takeoverHold time.Time // no takeover before this
-	seenEpoch    uint64    // the newest epoch a member's message showed, if newer than ours
+	seenEpoch    uint64    // the newest epoch an arbiter's message showed, if newer than ours
 	seenEpochAt  time.Time
 	handedTo     MemberID // the successor named by the HANDOFF this node last saw
 	handedNext   Stamp
@@ -434,7 +433,7 @@ func (n *Node) memberTimers() {
 // nobody of our old epoch, answer no PING, take nothing over and decide
 // nothing, so that no majority forms on an epoch the group has left.
 func (n *Node) behind() bool {
-	return n.seenEpoch > n.stamp.Epoch && n.now.Sub(n.seenEpochAt) < 2*n.cfg.TakeoverTimeout
+	return n.seenEpoch>>32 > n.stamp.Epoch>>32 && n.now.Sub(n.seenEpochAt) < 2*n.cfg.TakeoverTimeout
 }
 
 // holderLost reports whether this node has lost track of the duty: the

@@ -31,7 +31,14 @@ func TestProperties(t *testing.T) {
 		st := runProperty(t, seed)
 		total.add(st)
 	}
-	t.Logf("%d seeds: %+v", seeds, total)
+	slices.Sort(total.converge)
+	q := func(f float64) time.Duration { return total.converge[int(f*float64(len(total.converge)-1))] }
+	t.Logf("%d seeds: %d messages, %d grants (%d superseded later, %d of them after healing; %d sync give-ups, %d log resets), "+
+		"%d game-pace claims answered within %d hand-offs (busy network: %d), %d clean laps checked, %d partitions, %d freezes, "+
+		"%d one-way cuts, %d takeovers; convergence after healing p50 %v p90 %v max %v; %d app-level grant beliefs diverged",
+		seeds, total.messages, total.grants, total.superseded, total.supersededCalm, total.syncGiveUps, total.logResets,
+		total.claimsChecked, total.maxHandoffsToAnswer, total.maxHandoffsBusy, total.lapsChecked, total.partitions, total.freezes,
+		total.cuts, total.takeovers, q(0.5), q(0.9), total.maxConverge, total.appDiverged)
 	if total.claimsChecked == 0 || total.lapsChecked == 0 || total.partitions == 0 || total.freezes == 0 || total.takeovers == 0 {
 		t.Fatalf("the runs did not exercise the protocol: %+v", total)
 	}
@@ -47,11 +54,12 @@ func TestPropertyDeterministic(t *testing.T) {
 }
 
 type propertyStats struct {
-	messages, grants, claimsChecked, maxHandoffsToAnswer          int
-	lapsChecked, partitions, freezes, cuts, takeovers, superseded int
-	appDiverged, maxHandoffsBusy                                  int
-	maxConverge                                                   time.Duration
-	traceHash                                                     uint64
+	messages, grants, claimsChecked, maxHandoffsToAnswer                 int
+	lapsChecked, partitions, freezes, cuts, takeovers, superseded        int
+	appDiverged, maxHandoffsBusy, syncGiveUps, logResets, supersededCalm int
+	maxConverge                                                          time.Duration
+	converge                                                             []time.Duration
+	traceHash                                                            uint64
 }
 
 func (s *propertyStats) add(o propertyStats) {
@@ -67,7 +75,11 @@ func (s *propertyStats) add(o propertyStats) {
 	s.superseded += o.superseded
 	s.appDiverged += o.appDiverged
 	s.maxHandoffsBusy = max(s.maxHandoffsBusy, o.maxHandoffsBusy)
+	s.syncGiveUps += o.syncGiveUps
+	s.supersededCalm += o.supersededCalm
+	s.logResets += o.logResets
 	s.maxConverge = max(s.maxConverge, o.maxConverge)
+	s.converge = append(s.converge, o.converge...)
 }
 
 // Phases of a property run (simulated time from the start).
@@ -125,6 +137,7 @@ type checker struct {
 	claims       map[claimKey]*pendingClaim
 	frozenSince  map[arbiter.MemberID]time.Time
 	holderOf     map[arbiter.MemberID]arbiter.MemberID
+	calm         bool                                                         // the network healed and the members found each other
 	lapSeen      map[[2]uint64][2]time.Time                                   // (epoch, lap) → first and last duty message
 	frozenClean  map[arbiter.MemberID]bool                                    // frozen through the clean phase
 	standing     map[arbiter.MemberID]map[arbiter.ResourceID]arbiter.MemberID // the last grant each node reported
@@ -291,6 +304,8 @@ func runProperty(t *testing.T, seed int64) propertyStats {
 		net.run(net.now.Add(50 * time.Millisecond))
 	}
 	c.st.maxConverge = max(c.st.maxConverge, net.now.Sub(healed))
+	c.st.converge = append(c.st.converge, net.now.Sub(healed))
+	c.calm = true
 	for _, p := range c.claims {
 		p.kind = claimEventually // made before the calm: answered eventually, checked below
 	}
@@ -388,6 +403,9 @@ func (c *checker) onSend(from *simNode, b []byte) {
 			// learnt: one made in a minority's last lease (see
 			// partition-lease.txt) or given up after SyncTimeout.
 			c.st.superseded++
+			if c.calm {
+				c.st.supersededCalm++
+			}
 		} else {
 			c.firstHolder[r] = to
 		}
@@ -503,6 +521,8 @@ func (c *checker) finish() {
 	}
 	ref := net.nodes[0].node.Status()
 	for _, n := range net.nodes {
+		c.st.syncGiveUps += int(n.node.Metrics().SyncGiveUps.Load())
+		c.st.logResets += int(n.node.Metrics().LogResets.Load())
 		st := n.node.Status()
 		if st.Phase != arbiter.PhaseMember || st.Stamp.Epoch != ref.Stamp.Epoch || st.Holder != ref.Holder {
 			c.fail("no convergence: node %d at %s holder %d, node %d at %s holder %d",

@@ -50,8 +50,9 @@ func (n *Node) handle(env *pb.Envelope) {
 		n.metrics.refuse(RefusedFutureStamp)
 		return
 	}
-	if st.Epoch > n.stamp.Epoch && isDuty(env) {
-		// An arbiter serves a newer epoch: a majority moved on without us.
+	if st.Epoch>>32 > n.stamp.Epoch>>32 && isDuty(env) {
+		// An arbiter serves an epoch with more changes than ours: a
+		// majority moved on without us.
 		n.seenEpoch = max(n.seenEpoch, st.Epoch)
 		n.seenEpochAt = n.now
 		n.requestView()
@@ -425,9 +426,7 @@ func (n *Node) onHandoff(sender MemberID, h *pb.Handoff) {
 	n.sendAt(next, &pb.Envelope{Body: &pb.Envelope_Ack{Ack: &pb.Ack{From: uint32(sender)}}})
 	n.becomeHolder(ViaHandoff, n.boundedSeq(h.GetGrantSeq()))
 	n.duty.predecessor = prev
-	for _, q := range h.GetQueue() {
-		n.duty.queue = append(n.duty.queue, queuedClaim{from: MemberID(q.GetMember()), resource: ResourceID(q.GetResource())})
-	}
+	n.takeClaims(h.GetQueue())
 }
 
 func (n *Node) onPing(sender MemberID, p *pb.Ping) {
