@@ -89,19 +89,8 @@ func FuzzStep(f *testing.F) {
 	}
 	f.Add([]byte{}, []byte{0xff}, uint8(0))
 	f.Fuzz(func(t *testing.T, a, b []byte, from uint8) {
-		net := newSimNet(1)
-		cfg := arbiter.Config{MaxMembers: 6, NeverDrop: true}
-		for i := 1; i <= 3; i++ {
-			net.add(arbiter.MemberID(i), cfg)
-		}
-		r, _ := net.nodes[0].node.Create(net.now)
-		net.apply(net.nodes[0], r, "api")
-		for _, n := range net.nodes[1:] {
-			r, _ := n.node.Join(net.now, 0)
-			net.apply(n, r, "api")
-		}
-		net.run(net.now.Add(300 * time.Millisecond))
-		r, _ = net.nodes[1].node.Claim(net.now, 9)
+		net := threePlayers(1, arbiter.Config{MaxMembers: 6, NeverDrop: true})
+		r, _ := net.nodes[1].node.Claim(net.now, 9)
 		net.apply(net.nodes[1], r, "api")
 		for _, target := range net.nodes[:2] { // the arbiter, a member
 			n := target.node
@@ -120,6 +109,23 @@ func FuzzStep(f *testing.F) {
 			}
 		}
 	})
+}
+
+// threePlayers returns a running game of three: 1 created it, 2 and 3
+// joined, and the arbiter holds its lease.
+func threePlayers(seed int64, cfg arbiter.Config) *simNet {
+	net := newSimNet(seed)
+	for i := 1; i <= 3; i++ {
+		net.add(arbiter.MemberID(i), cfg)
+	}
+	r, _ := net.nodes[0].node.Create(net.now)
+	net.apply(net.nodes[0], r, "api")
+	for _, n := range net.nodes[1:] {
+		r, _ := n.node.Join(net.now, 0)
+		net.apply(n, r, "api")
+	}
+	net.run(net.now.Add(300 * time.Millisecond))
+	return net
 }
 
 func checkReady(t *testing.T, r arbiter.Ready) {
@@ -146,18 +152,8 @@ func FuzzStepMessages(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, seed int64, count uint8) {
 		rng := rand.New(rand.NewSource(seed))
-		net := newSimNet(seed)
 		cfg := arbiter.Config{MaxMembers: 5, NeverDrop: true}
-		for i := 1; i <= 3; i++ {
-			net.add(arbiter.MemberID(i), cfg)
-		}
-		r, _ := net.nodes[0].node.Create(net.now)
-		net.apply(net.nodes[0], r, "api")
-		for _, n := range net.nodes[1:] {
-			r, _ := n.node.Join(net.now, 0)
-			net.apply(n, r, "api")
-		}
-		net.run(net.now.Add(300 * time.Millisecond))
+		net := threePlayers(seed, cfg)
 		granted := map[uint64]uint32{}
 		now := net.now
 		for range count {

@@ -199,7 +199,13 @@ func (s *simNet) deliver(m inflight) {
 
 // run advances the clock to until, delivering messages and ticking nodes
 // as they fall due, in time order.
-func (s *simNet) run(until time.Time) {
+func (s *simNet) run(until time.Time) { s.advance(until, true) }
+
+// tickOnly advances the clock to until, running every node's timers as
+// they fall due but delivering nothing (messages stay queued).
+func (s *simNet) tickOnly(until time.Time) { s.advance(until, false) }
+
+func (s *simNet) advance(until time.Time, deliver bool) {
 	for {
 		next := until
 		for _, n := range s.nodes {
@@ -207,7 +213,7 @@ func (s *simNet) run(until time.Time) {
 				next = n.nextTick
 			}
 		}
-		if len(s.queue) > 0 && !s.queue[0].at.After(next) {
+		if deliver && len(s.queue) > 0 && !s.queue[0].at.After(next) {
 			m := heap.Pop(&s.queue).(inflight)
 			if m.at.After(s.now) {
 				s.now = m.at
@@ -243,25 +249,6 @@ func (s *simNet) tickDue() bool {
 		}
 	}
 	return ticked
-}
-
-// tickOnly advances the clock to until, running every node's timers as
-// they fall due but delivering nothing (messages stay queued).
-func (s *simNet) tickOnly(until time.Time) {
-	for {
-		next := until
-		for _, n := range s.nodes {
-			if !n.frozen && n.nextTick.Before(next) {
-				next = n.nextTick
-			}
-		}
-		if next.After(s.now) {
-			s.now = next
-		}
-		if !s.tickDue() && !s.now.Before(until) {
-			return
-		}
-	}
 }
 
 // pending returns the queued messages in delivery order and empties the
