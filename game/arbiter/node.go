@@ -290,7 +290,8 @@ func (n *Node) Claim(now time.Time, r ResourceID) (Ready, error) {
 	return n.ready(), nil
 }
 
-// Chat sends a line to this node's team (team) or to everyone.
+// Chat sends a line to this node's team (team) or to everyone; the others
+// report it as EventChat (the sender reports nothing).
 func (n *Node) Chat(now time.Time, team bool, text string) (Ready, error) {
 	if n.phase != PhaseMember {
 		return Ready{}, ErrNotMember

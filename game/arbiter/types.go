@@ -164,6 +164,8 @@ type Event struct {
 
 // Ready is what one call into the Node produced: messages to multicast to
 // the group (in order), events, and the time by which Tick must be called.
+// NextTick is never more than a Heartbeat away, so that a node can tell a
+// suspended process (a gap of SuspendAfter) from a quiet one.
 type Ready struct {
 	Messages [][]byte
 	Events   []Event
