@@ -52,8 +52,8 @@
 // snapshot bytes across them, and frees the slot of a request that does not
 // arrive within RequestTimeout. Every refusal is counted by reason
 // (Metrics.Refused, crimp_refused_total{reason}). Sender IDs on data,
-// request, repair and session packets are the sender's own claim: CRIMP
-// does not authenticate who sent a command; the layer above does.
+// request, repair and session packets are the sender's own claim, not
+// authenticated by CRIMP: a member can still send data in another's name.
 //
 // # Shape of the code
 //
