@@ -22,6 +22,10 @@ import (
 // DHTProtocolPrefix keeps overworld's DHT apart from IPFS's public one.
 const DHTProtocolPrefix = "/overworld"
 
+// DHTProtocol is the protocol a peer in DHT server mode answers and
+// advertises (through identify); a peer in client mode does not.
+const DHTProtocol = DHTProtocolPrefix + "/kad/1.0.0"
+
 // Node is one overworld process's presence on the overlay.
 type Node struct {
 	host     host.Host
@@ -79,8 +83,11 @@ func New(ctx context.Context, opts ...Option) (_ *Node, err error) {
 		return nil, err
 	}
 
-	mode := dht.ModeServer
-	if cfg.dhtMode == DHTClient {
+	mode := dht.ModeAutoServer
+	switch cfg.dhtMode {
+	case DHTServer:
+		mode = dht.ModeServer
+	case DHTClient:
 		mode = dht.ModeClient
 	}
 	n.dht, err = dht.New(n.host,

@@ -276,7 +276,7 @@ func (s *Service) collectCandidates() []peer.ID {
 			return
 		}
 		seen[p] = true
-		if s.alive(p) && s.servesRegions(p) {
+		if s.alive(p) && s.servesRegions(p) && s.n.CanCoordinate(p) { // not behind NAT (node.CanCoordinate)
 			out = append(out, p)
 		}
 	}
@@ -318,7 +318,7 @@ func (s *Service) placement(c Coord, exclude ...peer.ID) []peer.ID {
 // (see Eligibility).
 func (s *Service) eligible(c Coord) bool {
 	e, ok := s.cfg.Gate.(Eligibility)
-	return !ok || e.Eligible(c)
+	return s.n.CanCoordinate(s.h.ID()) && (!ok || e.Eligible(c)) // behind NAT: last resort only
 }
 
 func containsPeer(list []peer.ID, p peer.ID) bool {

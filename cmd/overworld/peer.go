@@ -21,7 +21,8 @@ backoff while none answers) and serves the DHT until stopped.`, out)
 		bootstrapAddrs := fs.String("bootstrap", "", "comma-separated full multiaddrs (/ip4/…/tcp/…/p2p/<ID>) of bootstrap nodes")
 		port := fs.Int("listen-port", 0, "TCP and UDP (QUIC) port on every interface (0: any)")
 		listen := fs.String("listen", "", "comma-separated listen multiaddrs (overrides -listen-port)")
-		dhtClient := fs.Bool("dht-client", false, "DHT client mode, for peers others cannot dial (behind NAT)")
+		dhtMode := fs.String("dht", "auto", "DHT mode: auto (server unless AutoNAT finds this peer behind NAT), server or client")
+		dhtClient := fs.Bool("dht-client", false, "same as -dht client")
 		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9101 (empty: off)")
 		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 		if err := parseFlags(fs, args); err != nil {
@@ -42,7 +43,10 @@ backoff while none answers) and serves the DHT until stopped.`, out)
 		if err != nil {
 			return fmt.Errorf("-listen: %w", err)
 		}
-		mode := node.DHTServer
+		mode, err := node.ParseDHTMode(*dhtMode)
+		if err != nil {
+			return fmt.Errorf("-dht: %w", err)
+		}
 		if *dhtClient {
 			mode = node.DHTClient
 		}

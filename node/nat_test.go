@@ -1,0 +1,91 @@
+package node
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
+)
+
+// In the default auto mode a peer serves the DHT until AutoNAT reports it
+// private (behind NAT); then it turns DHT client, stops counting as a
+// coordinator candidate for itself (ClosestKnown leaves it out) and, once
+// identify has pushed its protocols, for the peers it is connected to; and
+// back when it turns public. The real AutoNAT verdict through a real NAT is
+// tested end to end in cmd/overworld (TestNATPlayerNetns); here the event
+// is emitted as AutoNAT would.
+func TestBehindNATIsNoCoordinator(t *testing.T) {
+	boot := startNode(t, WithDHTMode(DHTServer))
+	public := startNode(t, WithBootstrapPeers(boot.AddrInfo()))
+	natted := startNode(t, WithBootstrapPeers(boot.AddrInfo()))
+	for _, n := range []*Node{public, natted} {
+		waitFor(t, 10*time.Second, "join", func() bool {
+			select {
+			case <-n.Joined():
+				return true
+			default:
+				return false
+			}
+		})
+	}
+	if err := natted.Host().Connect(t.Context(), public.AddrInfo()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "both peers to count as candidates", func() bool {
+		return natted.CanCoordinate(natted.ID()) && public.CanCoordinate(natted.ID()) && natted.CanCoordinate(public.ID())
+	})
+	key := randomKey(t)
+	if !slices.Contains(natted.ClosestKnown(key, 10), natted.ID()) {
+		t.Fatal("a public peer left itself out of ClosestKnown")
+	}
+
+	emit, err := natted.Host().EventBus().Emitter(new(event.EvtLocalReachabilityChanged), eventbus.Stateful)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emit.Close()
+	if err := emit.Emit(event.EvtLocalReachabilityChanged{Reachability: network.ReachabilityPrivate}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the private peer to leave DHT server mode", func() bool { return !natted.ServesDHT(natted.ID()) })
+	if natted.CanCoordinate(natted.ID()) || slices.Contains(natted.ClosestKnown(key, 10), natted.ID()) {
+		t.Fatal("a peer behind NAT counts itself as a coordinator candidate")
+	}
+	waitFor(t, 10*time.Second, "the public peer to learn the other is a DHT client", func() bool { return !public.CanCoordinate(natted.ID()) })
+	if !slices.Contains(natted.ClosestKnown(key, 10), public.ID()) {
+		t.Fatal("the peer behind NAT lost the public peer from its view")
+	}
+
+	if err := emit.Emit(event.EvtLocalReachabilityChanged{Reachability: network.ReachabilityPublic}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the peer to serve the DHT again", func() bool {
+		return natted.CanCoordinate(natted.ID()) && public.CanCoordinate(natted.ID())
+	})
+}
+
+// A network declared WithEveryPeerReachable places DHT clients too.
+func TestEveryPeerReachable(t *testing.T) {
+	n := startNode(t, WithDHTMode(DHTClient), WithEveryPeerReachable())
+	if n.ServesDHT(n.ID()) {
+		t.Fatal("a DHT client serves the DHT")
+	}
+	if !n.CanCoordinate(n.ID()) || !slices.Contains(n.ClosestKnown(randomKey(t), 3), n.ID()) {
+		t.Fatal("WithEveryPeerReachable: the node does not count itself")
+	}
+}
+
+func TestParseDHTMode(t *testing.T) {
+	for _, m := range []DHTMode{DHTAuto, DHTServer, DHTClient} {
+		got, err := ParseDHTMode(m.String())
+		if err != nil || got != m {
+			t.Fatalf("ParseDHTMode(%q) = %v, %v", m, got, err)
+		}
+	}
+	if _, err := ParseDHTMode("sometimes"); err == nil {
+		t.Fatal("ParseDHTMode accepted nonsense")
+	}
+}
