@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	ping "github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
-	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/game"
 )
 
@@ -21,23 +19,8 @@ import (
 // character.
 func (p *Peer) login(ctx context.Context) error {
 	a := p.cfg.Account
-	hc := a.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second}
-	}
+	cl, hc, err := Login(ctx, *a, p.h.ID())
 	p.httpc = hc
-	cl, err := accounts.NewClient(a.URL, accounts.WithHTTPClient(hc))
-	if err != nil {
-		return fmt.Errorf("play: account server: %w", err)
-	}
-	_, err = cl.Login(ctx, a.User, a.Password, p.h.ID())
-	if err != nil && a.Register && errors.Is(err, accounts.ErrUnauthorized) {
-		if _, rerr := cl.Register(ctx, a.User, a.Password); rerr == nil {
-			_, err = cl.Login(ctx, a.User, a.Password, p.h.ID())
-		} else if !errors.Is(rerr, accounts.ErrNameTaken) {
-			err = rerr
-		}
-	}
 	if err != nil {
 		return fmt.Errorf("play: %w", err)
 	}
