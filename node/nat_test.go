@@ -8,6 +8,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // In the default auto mode a peer serves the DHT until AutoNAT reports it
@@ -87,5 +88,25 @@ func TestParseDHTMode(t *testing.T) {
 	}
 	if _, err := ParseDHTMode("sometimes"); err == nil {
 		t.Fatal("ParseDHTMode accepted nonsense")
+	}
+}
+
+func TestTranslated(t *testing.T) {
+	for _, tc := range []struct {
+		local, observed string
+		want            bool
+	}{
+		{"/ip4/192.168.1.2/tcp/4001", "/ip4/11.0.0.1/tcp/4001", true},              // home NAT
+		{"/ip4/192.168.1.2/udp/4001/quic-v1", "/ip4/11.0.0.1/udp/9/quic-v1", true}, // and a new port
+		{"/ip4/11.0.0.10/tcp/4002", "/ip4/11.0.0.10/tcp/4002", false},              // public host
+		{"/ip4/127.0.0.1/tcp/4001", "/ip4/127.0.0.1/tcp/4001", false},              // loopback
+		{"/ip4/172.17.0.2/tcp/4001", "/ip4/172.17.0.1/tcp/4001", false},            // private on both sides: a LAN, say nothing
+	} {
+		if got := translated(ma.StringCast(tc.local), ma.StringCast(tc.observed)); got != tc.want {
+			t.Errorf("translated(%s, %s) = %v", tc.local, tc.observed, got)
+		}
+	}
+	if translated(nil, ma.StringCast("/ip4/11.0.0.1/tcp/1")) {
+		t.Error("no local address, yet translated")
 	}
 }

@@ -318,7 +318,7 @@ func (s *Service) placement(c Coord, exclude ...peer.ID) []peer.ID {
 // (see Eligibility).
 func (s *Service) eligible(c Coord) bool {
 	e, ok := s.cfg.Gate.(Eligibility)
-	return s.n.CanCoordinate(s.h.ID()) && (!ok || e.Eligible(c)) // behind NAT: last resort only
+	return s.n.CanCoordinate(s.h.ID()) && (!ok || e.Eligible(c)) // behind NAT: never (see serveRequest)
 }
 
 func containsPeer(list []peer.ID, p peer.ID) bool {
@@ -657,7 +657,7 @@ func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) (reply *p
 		}
 	}
 	order := s.placement(c)
-	if order[0] == s.h.ID() {
+	if order[0] == s.h.ID() && s.n.CanCoordinate(order[0]) { // behind NAT and alone: wait for a reachable peer
 		s.startAcquire(c)
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "taking the region over"}
 	}
