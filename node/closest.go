@@ -72,9 +72,14 @@ func (n *Node) ServesDHT(p peer.ID) bool {
 // CanCoordinate reports whether p may be placed as a region's coordinator
 // or replica: whether it serves the DHT (ServesDHT), since a peer behind
 // NAT runs it in client mode and others could reach it only through a
-// relay. On a network built WithEveryPeerReachable every peer can.
+// relay. This node itself, in DHTAuto mode, counts only once a bootstrap
+// node has shown it is not behind NAT (see natWatch). On a network built
+// WithEveryPeerReachable every peer can.
 func (n *Node) CanCoordinate(p peer.ID) bool {
-	return n.cfg.everyPeerReachable || n.ServesDHT(p)
+	if n.cfg.everyPeerReachable {
+		return true
+	}
+	return n.ServesDHT(p) && (p != n.host.ID() || n.selfCandidate())
 }
 
 func (n *Node) closestWithSelf(key string, peers []peer.ID, count int) []peer.ID {

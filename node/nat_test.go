@@ -7,6 +7,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -108,5 +109,46 @@ func TestTranslated(t *testing.T) {
 	}
 	if translated(nil, ma.StringCast("/ip4/11.0.0.1/tcp/1")) {
 		t.Error("no local address, yet translated")
+	}
+}
+
+// fakeConn is a connection that only knows its local address.
+type fakeConn struct {
+	network.Conn
+	local ma.Multiaddr
+}
+
+func (c fakeConn) LocalMultiaddr() ma.Multiaddr { return c.local }
+
+// A peer that claims to see a public peer at another public address (as
+// identify lets any peer claim) does not make it believe it is behind NAT,
+// which would take it out of region placement; the same claim from the
+// operator's bootstrap node does.
+func TestAdversarialObservedAddress(t *testing.T) {
+	boot := startNode(t, WithDHTMode(DHTServer))
+	n := startNode(t, WithBootstrapPeers(boot.AddrInfo()))
+	liar := startNode(t)
+	emit, err := n.Host().EventBus().Emitter(new(event.EvtPeerIdentificationCompleted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emit.Close()
+	claim := func(from peer.ID) event.EvtPeerIdentificationCompleted {
+		return event.EvtPeerIdentificationCompleted{
+			Peer:         from,
+			Conn:         fakeConn{local: ma.StringCast("/ip4/11.0.0.10/tcp/4002")},
+			ObservedAddr: ma.StringCast("/ip4/11.9.9.9/tcp/4002"),
+		}
+	}
+	// The watch reads identifications in order: the liar's first.
+	if err := emit.Emit(claim(liar.ID())); err != nil {
+		t.Fatal(err)
+	}
+	if err := emit.Emit(claim(boot.ID())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the bootstrap node's observation to count", func() bool { return n.BehindNAT() && !n.ServesDHT(n.ID()) })
+	if n.nat.by != boot.ID() {
+		t.Fatalf("the NAT was taken from %s's word, not the bootstrap node's", n.nat.by)
 	}
 }
