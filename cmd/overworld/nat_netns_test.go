@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
@@ -860,16 +861,21 @@ func (h *natHost) streams(ctx context.Context, to string, addrs []string) (natSt
 	return res, nil
 }
 
+// target is this host's first peer and the peer to.
+func (h *natHost) target(to string) (host.Host, peer.ID, error) {
+	id, err := peer.Decode(to)
+	return h.nodes[h.names[0]].Host(), id, err
+}
+
 // punch reaches to through its relay addresses and waits for hole
 // punching to add a direct connection.
 func (h *natHost) punch(ctx context.Context, to string, addrs []string) natPunch {
 	var out natPunch
-	target, err := peer.Decode(to)
+	hst, target, err := h.target(to)
 	if err != nil {
 		out.Err = err.Error()
 		return out
 	}
-	hst := h.nodes[h.names[0]].Host()
 	// DCUtR makes three attempts on each new inbound relayed connection; on
 	// a loaded machine all three can miss the moment, as they can on the
 	// internet, and a client would try again on its next relayed
@@ -890,13 +896,7 @@ func (h *natHost) punch(ctx context.Context, to string, addrs []string) natPunch
 		}
 		deadline := time.Now().Add(40 * time.Second)
 		for time.Now().Before(deadline) && !out.Direct {
-			for _, c := range hst.Network().ConnsToPeer(target) {
-				if c.Stat().Limited || isCircuit(c.RemoteMultiaddr()) {
-					out.Relayed = true
-				} else {
-					out.Direct = true
-				}
-			}
+			out.note(hst.Network().ConnsToPeer(target))
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
@@ -909,12 +909,11 @@ func (h *natHost) punch(ctx context.Context, to string, addrs []string) natPunch
 // ones lead anywhere.
 func (h *natHost) reach(ctx context.Context, to string, addrs []string) natPunch {
 	var out natPunch
-	target, err := peer.Decode(to)
+	hst, target, err := h.target(to)
 	if err != nil {
 		out.Err = err.Error()
 		return out
 	}
-	hst := h.nodes[h.names[0]].Host()
 	_ = hst.Network().ClosePeer(target)
 	hst.Peerstore().AddAddrs(target, parseAddrs(addrs), peerstore.TempAddrTTL)
 	deadline := time.Now().Add(60 * time.Second)
@@ -930,15 +929,20 @@ func (h *natHost) reach(ctx context.Context, to string, addrs []string) natPunch
 	if err != nil {
 		out.Err = err.Error()
 	}
-	for _, c := range hst.Network().ConnsToPeer(target) {
-		if c.Stat().Limited || isCircuit(c.RemoteMultiaddr()) {
-			out.Relayed = true
-		} else {
-			out.Direct = true
-		}
-	}
+	out.note(hst.Network().ConnsToPeer(target))
 	out.Conns = conns(hst.Network().ConnsToPeer(target))
 	return out
+}
+
+// note records which kinds of connection cs are.
+func (p *natPunch) note(cs []network.Conn) {
+	for _, c := range cs {
+		if c.Stat().Limited || isCircuit(c.RemoteMultiaddr()) {
+			p.Relayed = true
+		} else {
+			p.Direct = true
+		}
+	}
 }
 
 func isCircuit(a ma.Multiaddr) bool {

@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
-	"github.com/overworld-p2p/overworld/game"
-	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/node"
 )
 
@@ -33,13 +30,8 @@ peer's token, as players do. /metrics on -metrics shows the regions it holds
 		listen := fs.String("listen", "", "comma-separated listen multiaddrs (overrides -listen-port)")
 		dhtMode := fs.String("dht", "auto", "DHT mode: auto (server unless AutoNAT finds this peer behind NAT), server or client")
 		dhtClient := fs.Bool("dht-client", false, "same as -dht client")
-		world := fs.String("world", "default", "world name (the players')")
-		size := fs.String("world-size", "8x8", "world size in regions, WxH (the players')")
-		seed := fs.Uint64("seed", 1, "world seed (the players')")
-		accountURL := fs.String("account", "", "account server URL, e.g. http://127.0.0.1:8640 (empty: no leases or token checks)")
-		user := fs.String("user", "", "account name (with -account)")
-		passwordFile := fs.String("password-file", "", "file holding the account password")
-		register := fs.Bool("register", false, "create the account if it does not exist")
+		worldF := addWorldFlags(fs)
+		accountF := addAccountFlags(fs)
 		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9101 (empty: off)")
 		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 		if err := parseFlags(fs, args); err != nil {
@@ -53,22 +45,13 @@ peer's token, as players do. /metrics on -metrics shows the regions it holds
 		if err != nil {
 			return err
 		}
-		w, h, err := parseWorldSize(*size)
+		g, err := worldF.game()
 		if err != nil {
-			return fmt.Errorf("-world-size: %w", err)
+			return err
 		}
-		g := game.DefaultConfig()
-		g.Seed, g.RegionsX, g.RegionsY = *seed, w, h
-		var acct *play.Account
-		if *accountURL != "" {
-			if *user == "" {
-				return errors.New("-account needs -user")
-			}
-			pw, err := readPassword(*passwordFile, out)
-			if err != nil {
-				return err
-			}
-			acct = &play.Account{URL: *accountURL, User: *user, Password: pw, Register: *register}
+		acct, err := accountF.account(out)
+		if err != nil {
+			return err
 		}
 		if *listen == "" {
 			*listen = listenAddrsForPort("0.0.0.0", *port)
@@ -96,7 +79,7 @@ peer's token, as players do. /metrics on -metrics shows the regions it holds
 			return err
 		}
 		defer n.Close()
-		hp, err := startHeadless(ctx, n, headlessConfig{World: *world, Game: g, Account: acct, Logger: log, Registerer: reg})
+		hp, err := startHeadless(ctx, n, headlessConfig{World: *worldF.name, Game: g, Account: acct, Logger: log, Registerer: reg})
 		if err != nil {
 			return err
 		}
