@@ -21,11 +21,13 @@ import (
 type DHTMode int
 
 const (
-	// DHTAuto is the default: the node serves the keyspace unless AutoNAT
-	// finds it behind a NAT (the bootstrap nodes cannot dial it back), and
-	// then switches to client mode, and back if that changes. On a network
-	// where AutoNAT cannot tell (loopback, a private LAN, the in-memory
-	// network) it stays a server.
+	// DHTAuto is the default: the node serves the keyspace unless it finds
+	// itself behind a NAT, and then runs as a client. It looks at its first
+	// connection to a bootstrap node (which sees it at a translated
+	// address) and listens to AutoNAT (whose dial-back fails); AutoNAT's
+	// verdict rules, both ways. On a network where neither can tell
+	// (loopback, a private LAN, the in-memory network) it stays a server.
+	// See natWatch.
 	DHTAuto DHTMode = iota
 	// DHTServer always serves the keyspace (bootstrap nodes).
 	DHTServer

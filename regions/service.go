@@ -397,7 +397,7 @@ func (s *Service) envelope(c Coord, m *pb.Message) *pb.Message {
 func (s *Service) call(ctx context.Context, p peer.ID, c Coord, m *pb.Message) (*pb.Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	st, err := s.h.NewStream(network.WithAllowLimitedConn(ctx, "region request"), p, protocol.ID(ProtocolID)) // small, bounded: fits a relay
+	st, err := s.h.NewStream(network.WithAllowLimitedConn(ctx, "region request"), p, protocol.ID(ProtocolID)) // NATed peers get only requests and cache queries, never snapshots: fits a relay
 	if err != nil {
 		return nil, fmt.Errorf("open stream to %s: %w", p, err)
 	}

@@ -76,7 +76,7 @@ func startHeadless(ctx context.Context, n *node.Node, cfg headlessConfig) (*head
 	return hp, nil
 }
 
-// Services are the peer's region services' region store (for tests and status).
+// Services are the peer's region services (for tests and status).
 func (hp *headless) Services() *play.RegionServices { return hp.rs }
 
 // Close stops the position service, then the region services (releasing
