@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"google.golang.org/protobuf/proto"
@@ -45,7 +46,7 @@ func newAttackWith(rule fightRule, attacker, defender game.PlayerID, counter uin
 // SendAttack opens a FightProtocol stream to the defender, sends a and
 // returns its validated outcome.
 func SendAttack(ctx context.Context, h host.Host, to peer.ID, a *playpb.Attack) (*playpb.Outcome, error) {
-	s, err := h.NewStream(ctx, to, protocol.ID(FightProtocol))
+	s, err := h.NewStream(network.WithAllowLimitedConn(ctx, "fight"), to, protocol.ID(FightProtocol)) // two small messages: fits a relay
 	if err != nil {
 		return nil, err
 	}
