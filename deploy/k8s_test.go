@@ -36,6 +36,7 @@ var k8sSchemas = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	schemaDirToRemove = dir
 	files, err := filepath.Glob(filepath.Join(src, "*_openapi.json"))
 	if err != nil || len(files) == 0 {
 		return "", fmt.Errorf("no OpenAPI documents in %s (%v)", src, err)
@@ -47,6 +48,17 @@ var k8sSchemas = sync.OnceValues(func() (string, error) {
 	}
 	return dir, nil
 })
+
+// schemaDirToRemove is the directory k8sSchemas made, for TestMain.
+var schemaDirToRemove string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if schemaDirToRemove != "" {
+		os.RemoveAll(schemaDirToRemove)
+	}
+	os.Exit(code)
+}
 
 // writeSchemas turns one OpenAPI v3 document into JSON schemas in the
 // file layout kubeconform looks up ({{kind}}-{{group}}-{{version}}.json):
@@ -188,6 +200,9 @@ type container struct {
 		ValueFrom *struct {
 			ConfigMapKeyRef *keyRef `json:"configMapKeyRef"`
 			SecretKeyRef    *keyRef `json:"secretKeyRef"`
+			FieldRef        *struct {
+				FieldPath string `json:"fieldPath"`
+			} `json:"fieldRef"`
 		} `json:"valueFrom"`
 	} `json:"env"`
 	EnvFrom []struct {

@@ -1,0 +1,406 @@
+package deploy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestKubernetesCommandLinesRun runs the command lines of the Kubernetes
+// manifests as real processes on 127.0.0.1: a bootstrap node with a key
+// made by bootstrapkeys (copied to a private file as the init container
+// does), the account server, the master server, two headless peers and
+// two bots, each with exactly the manifest's arguments and environment
+// except for addresses, paths and the database (SQLite here; PostgreSQL
+// is the account store tests' business). It checks that every process
+// gets ready, that peers and bots register their pod-named accounts, that
+// they join through the bootstrap node and that regions get coordinated,
+// and that SIGTERM stops each cleanly.
+//
+// It builds the binary and runs seven processes (about 10 s with a warm
+// build cache), so -short skips it.
+func TestKubernetesCommandLinesRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the binary and runs the manifests' command lines as processes")
+	}
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "overworld")
+	keygen := filepath.Join(tmp, "bootstrapkeys")
+	for out, pkg := range map[string]string{bin: "../cmd/overworld", keygen: "./bootstrapkeys"} {
+		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+
+	// The operator's steps: bootstrapkeys, then the Secrets.
+	secretDir := filepath.Join(tmp, "secrets")
+	if b, err := exec.Command(keygen, "-n", "1", "-dir", secretDir).CombinedOutput(); err != nil {
+		t.Fatalf("bootstrapkeys: %v\n%s", err, b)
+	}
+	bootPort := freePort(t)
+	addrs := strings.TrimSpace(readFile(t, filepath.Join(secretDir, "bootstrap-addrs")))
+	addrs = strings.Replace(addrs, "/dns4/overworld-bootstrap-0.overworld-bootstrap/tcp/4001", "/ip4/127.0.0.1/tcp/"+strconv.Itoa(bootPort), 1)
+	operator := map[string]string{ // ConfigMap or Secret name/key -> value
+		"overworld-network/OVERWORLD_BOOTSTRAP": addrs,
+		"overworld-postgres/password":           "unused-with-sqlite",
+		"overworld-accounts/admin-token":        "e2e-admin-token-0123456789",
+		"overworld-master/operator-tokens":      "e2e-operator-token-0123456789",
+		"overworld-peers/password":              "e2e-peer-password",
+		"overworld-bots/password":               "e2e-bot-password",
+	}
+	// The init container's copy of the pod's key.
+	identity := filepath.Join(tmp, "identity")
+	if err := os.MkdirAll(identity, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(filepath.Join(secretDir, "overworld-bootstrap-0.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(identity, "bootstrap.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	objs := loadObjects(t)
+	configMaps := map[string]map[string]string{}
+	for _, o := range objs {
+		if o.Kind == "ConfigMap" {
+			configMaps[o.Metadata.Name] = o.Data
+		}
+	}
+	accountsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	masterAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	procs := []struct{ workload, pod string }{
+		{"overworld-bootstrap", "overworld-bootstrap-0"},
+		{"overworld-accounts", "overworld-accounts-0"},
+		{"overworld-master", "overworld-master-7c9d5b8f4d-q2x7z"},
+		{"overworld-peer", "overworld-peer-0"},
+		{"overworld-peer", "overworld-peer-1"},
+		{"overworld-bot", "overworld-bot-5d8c7f9b6d-x7k2p"},
+		{"overworld-bot", "overworld-bot-6b4f8d9c5f-m4n8r"},
+	}
+	var running []*process
+	t.Cleanup(func() {
+		for _, p := range slices.Backward(running) {
+			p.kill()
+		}
+	})
+	for _, pr := range procs {
+		c, ok := workloadContainer(objs, pr.workload)
+		if !ok {
+			t.Fatalf("no workload %s in the manifests", pr.workload)
+		}
+		env := map[string]string{}
+		for _, e := range c.Env {
+			v := e.Value
+			if vf := e.ValueFrom; vf != nil {
+				switch {
+				case vf.FieldRef != nil && vf.FieldRef.FieldPath == "metadata.name":
+					v = pr.pod
+				case vf.ConfigMapKeyRef != nil:
+					if data, ok := configMaps[vf.ConfigMapKeyRef.Name]; ok {
+						v = data[vf.ConfigMapKeyRef.Key]
+					} else {
+						v = operator[vf.ConfigMapKeyRef.Name+"/"+vf.ConfigMapKeyRef.Key]
+					}
+				case vf.SecretKeyRef != nil:
+					v = operator[vf.SecretKeyRef.Name+"/"+vf.SecretKeyRef.Key]
+				default:
+					t.Fatalf("%s: env %s from an unknown source", pr.workload, e.Name)
+				}
+			}
+			env[e.Name] = v
+		}
+		for _, ef := range c.EnvFrom {
+			if ef.ConfigMapRef != nil {
+				for k, v := range configMaps[ef.ConfigMapRef.Name] {
+					env[k] = v
+				}
+			}
+		}
+		// The pod's Secret volume, mounted at /secrets.
+		podDir := filepath.Join(tmp, pr.pod)
+		secrets := filepath.Join(podDir, "secrets")
+		if err := os.MkdirAll(secrets, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		o, _ := workloadObject(objs, pr.workload)
+		for _, vol := range o.Spec.Template.Spec.Volumes {
+			if vol.Secret == nil || vol.Secret.SecretName == "overworld-bootstrap-keys" {
+				continue
+			}
+			for k, v := range operator {
+				if name, key, _ := strings.Cut(k, "/"); name == vol.Secret.SecretName {
+					if err := os.WriteFile(filepath.Join(secrets, key), []byte(v+"\n"), 0o400); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		p2pPort := bootPort
+		if pr.workload != "overworld-bootstrap" {
+			p2pPort = freePort(t)
+		}
+		args := localArgs(t, c.Args, env, map[string]string{
+			"0.0.0.0:8640":                   accountsAddr,
+			"0.0.0.0:8650":                   masterAddr,
+			"0.0.0.0:9100":                   "127.0.0.1:" + strconv.Itoa(freePort(t)),
+			"127.0.0.1:8080":                 "127.0.0.1:0", // a bot's page, on the pod's own loopback
+			"http://overworld-accounts:8640": "http://" + accountsAddr,
+			"/identity/":                     identity + "/",
+			"/secrets/":                      secrets + "/",
+			"/data/":                         filepath.Join(podDir, "data") + "/",
+		}, p2pPort)
+		p := startProcess(t, bin, args, env, filepath.Join(tmp, pr.pod+".log"))
+		p.name = pr.pod
+		running = append(running, p)
+		waitFor(t, p, 90*time.Second, "ready", func() bool { return httpOK(p.opsURL() + "/readyz") })
+	}
+
+	metricsOf := func(p *process) string { return httpGet(p.opsURL() + "/metrics") }
+	accounts, bootstrap := running[1], running[0]
+	waitFor(t, accounts, 60*time.Second, "4 accounts registered (2 peers, 2 bots)", func() bool {
+		return metricSum(metricsOf(accounts), "overworld_accounts_registrations_total", `result="ok"`) >= 4
+	})
+	waitFor(t, bootstrap, 60*time.Second, "the bootstrap node connected to the 4 peers and bots", func() bool {
+		return metricSum(metricsOf(bootstrap), "overworld_node_connected_peers", "") >= 4
+	})
+	waitFor(t, bootstrap, 90*time.Second, "a region coordinated under a lease", func() bool {
+		var held float64
+		for _, p := range running[3:] {
+			held += metricSum(metricsOf(p), "overworld_regions_held", `role="coordinator"`)
+		}
+		return held >= 1 && metricSum(metricsOf(accounts), "overworld_accounts_lease_operations_total", `result="ok"`) >= 1
+	})
+
+	for _, p := range slices.Backward(running) {
+		if err := p.stop(30 * time.Second); err != nil {
+			t.Errorf("%s: %v\n%s", p.name, err, p.tail())
+		}
+	}
+	running = nil
+}
+
+func workloadObject(objs []object, name string) (object, bool) {
+	for _, o := range objs {
+		if o.Metadata.Name == name && (o.Kind == "StatefulSet" || o.Kind == "Deployment" || o.Kind == "DaemonSet") {
+			return o, true
+		}
+	}
+	return object{}, false
+}
+
+func workloadContainer(objs []object, name string) (container, bool) {
+	o, ok := workloadObject(objs, name)
+	if !ok {
+		return container{}, false
+	}
+	for _, c := range o.Spec.Template.Spec.Containers {
+		if c.Image == "overworld" {
+			return c, true
+		}
+	}
+	return container{}, false
+}
+
+// localArgs turns a manifest's arguments into ones for this machine:
+// $(VAR) expanded as Kubernetes does, cluster addresses and paths
+// replaced, -listen-port as loopback multiaddrs on p2pPort, and -db
+// dropped (SQLite in -data-dir). It fails the test if anything of the
+// cluster is left.
+func localArgs(t *testing.T, in []string, env, replace map[string]string, p2pPort int) []string {
+	t.Helper()
+	var out []string
+	for i := 0; i < len(in); i++ {
+		a := k8sVarRef.ReplaceAllStringFunc(in[i], func(ref string) string { return env[ref[2:len(ref)-1]] })
+		switch a {
+		case "-listen-port":
+			i++
+			out = append(out, "-listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d,/ip4/127.0.0.1/udp/%d/quic-v1", p2pPort, p2pPort))
+			continue
+		case "-db":
+			i++
+			continue
+		}
+		for from, to := range replace {
+			if strings.HasPrefix(a, from) {
+				a = to + strings.TrimPrefix(a, from)
+			}
+		}
+		out = append(out, a)
+	}
+	for k, v := range env {
+		if strings.Contains(v, "/dns4/") {
+			t.Fatalf("env %s=%s still names cluster addresses", k, v)
+		}
+	}
+	for _, a := range out {
+		if strings.Contains(a, "0.0.0.0") || serviceURL.MatchString(a) {
+			t.Fatalf("argument %q still names a cluster address (args %q)", a, out)
+		}
+	}
+	return out
+}
+
+type process struct {
+	name string
+	args []string
+	cmd  *exec.Cmd
+	log  string
+	done chan error
+}
+
+func startProcess(t *testing.T, bin string, args []string, env map[string]string, logFile string) *process {
+	t.Helper()
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Only the pod's environment, as in a container (plus HOME for Go).
+	cmd.Env = []string{"HOME=" + filepath.Dir(logFile), "PATH=/usr/bin:/bin"}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{args: args, cmd: cmd, log: logFile, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	return p
+}
+
+// opsURL is where the process serves /readyz: its -metrics address, or
+// -listen for the account and master servers.
+func (p *process) opsURL() string {
+	for _, flag := range []string{"-metrics", "-listen"} {
+		if i := slices.Index(p.args, flag); i >= 0 && i+1 < len(p.args) && !strings.HasPrefix(p.args[i+1], "/") {
+			return "http://" + p.args[i+1]
+		}
+	}
+	return ""
+}
+
+func (p *process) stop(timeout time.Duration) error {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			return fmt.Errorf("exit after SIGTERM: %w", err)
+		}
+		return nil
+	case <-time.After(timeout):
+		p.kill()
+		return fmt.Errorf("still running %s after SIGTERM", timeout)
+	}
+}
+
+func (p *process) kill() {
+	if p.cmd.ProcessState == nil {
+		p.cmd.Process.Kill()
+	}
+}
+
+func (p *process) exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *process) tail() string {
+	b, _ := os.ReadFile(p.log)
+	lines := strings.Split(string(b), "\n")
+	return strings.Join(lines[max(0, len(lines)-25):], "\n")
+}
+
+// waitFor polls cond until it holds, the process dies or the deadline passes.
+func waitFor(t *testing.T, p *process, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if p.exited() {
+			t.Fatalf("%s exited while waiting for %s:\n%s", p.name, what, p.tail())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no %s within %s:\n%s", p.name, what, d, p.tail())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("%s: %s", p.name, what)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func httpOK(url string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func httpGet(url string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	return string(b)
+}
+
+var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)`)
+
+// metricSum adds the samples of name whose labels contain labelPart in
+// a Prometheus text exposition.
+func metricSum(exposition, name, labelPart string) float64 {
+	var sum float64
+	sc := bufio.NewScanner(strings.NewReader(exposition))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := sampleLine.FindStringSubmatch(sc.Text())
+		if m == nil || m[1] != name || !strings.Contains(m[2], labelPart) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(m[3], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
