@@ -81,7 +81,7 @@ func TestComposeFile(t *testing.T) {
 	if overworld < 8 {
 		t.Errorf("only %d overworld services in compose.yaml", overworld)
 	}
-	for _, want := range []string{"bootstrap", "postgres", "accounts", "master", "peer", "bot-1", "mirror-authority", "mirror", "prometheus", "grafana"} {
+	for _, want := range []string{"bootstrap", "postgres", "accounts", "master", "peer-1", "peer-3", "bot-1", "mirror-authority", "mirror", "prometheus", "grafana"} {
 		if _, ok := p.Services[want]; !ok {
 			t.Errorf("compose.yaml has no service %s", want)
 		}

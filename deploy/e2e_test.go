@@ -27,7 +27,8 @@ import (
 // except for addresses, paths and the database (SQLite here; PostgreSQL
 // is the account store tests' business). It checks that every process
 // gets ready, that peers and bots register their pod-named accounts, that
-// they join through the bootstrap node and that regions get coordinated,
+// they join the overlay through the bootstrap node and that regions get
+// coordinated,
 // and that SIGTERM stops each cleanly.
 //
 // It builds the binary and runs seven processes (about 10 s with a warm
@@ -37,13 +38,7 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 		t.Skip("-short: builds the binary and runs the manifests' command lines as processes")
 	}
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "overworld")
-	keygen := filepath.Join(tmp, "bootstrapkeys")
-	for out, pkg := range map[string]string{bin: "../cmd/overworld", keygen: "./bootstrapkeys"} {
-		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
-	}
+	bin, keygen := buildBinaries(t)
 
 	// The operator's steps: bootstrapkeys, then the Secrets.
 	secretDir := filepath.Join(tmp, "secrets")
@@ -92,12 +87,7 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 		{"overworld-bot", "overworld-bot-5d8c7f9b6d-x7k2p"},
 		{"overworld-bot", "overworld-bot-6b4f8d9c5f-m4n8r"},
 	}
-	var running []*process
-	t.Cleanup(func() {
-		for _, p := range slices.Backward(running) {
-			p.kill()
-		}
-	})
+	n := newNetwork(t, bin, tmp)
 	for _, pr := range procs {
 		c, ok := workloadContainer(objs, pr.workload)
 		if !ok {
@@ -163,35 +153,152 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 			"/identity/":                     identity + "/",
 			"/secrets/":                      secrets + "/",
 			"/data/":                         filepath.Join(podDir, "data") + "/",
-		}, p2pPort)
-		p := startProcess(t, bin, args, env, filepath.Join(tmp, pr.pod+".log"))
-		p.name = pr.pod
-		running = append(running, p)
-		waitFor(t, p, 90*time.Second, "ready", func() bool { return httpOK(p.opsURL() + "/readyz") })
+		}, p2pPort, serviceURL)
+		n.start(pr.pod, args, env)
 	}
+	n.checkPlaying(4)
+	n.stopAll()
+}
 
+// TestComposeCommandLinesRun does the same for compose.yaml, following
+// deploy/README.md: start the bootstrap node, read its peer ID from its
+// output into BOOTSTRAP_ID, then start the account and master servers,
+// the three peers and the three bots with the commands and environment
+// compose gives them.
+func TestComposeCommandLinesRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the binary and runs the compose file's command lines as processes")
+	}
+	tmp := t.TempDir()
+	bin, _ := buildBinaries(t)
+	n := newNetwork(t, bin, tmp)
+	accountsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	masterAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	bootPort := freePort(t)
+	var bootstrapID string
+	for _, name := range []string{"bootstrap", "accounts", "master", "peer-1", "peer-2", "peer-3", "bot-1", "bot-2", "bot-3"} {
+		env := composeEnv(t)
+		if bootstrapID != "" {
+			env = append(env, "BOOTSTRAP_ID="+bootstrapID)
+		}
+		p, err := loadCompose(t, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok := p.Services[name]
+		if !ok {
+			t.Fatalf("compose.yaml has no service %s", name)
+		}
+		senv := map[string]string{}
+		for k, v := range s.Environment {
+			if v != nil {
+				senv[k] = strings.Replace(*v, "/dns4/bootstrap/tcp/4001", "/ip4/127.0.0.1/tcp/"+strconv.Itoa(bootPort), 1)
+			}
+		}
+		p2pPort := bootPort
+		if name != "bootstrap" {
+			p2pPort = freePort(t)
+		}
+		dir := filepath.Join(tmp, name)
+		args := localArgs(t, s.Command, senv, map[string]string{
+			"0.0.0.0:8640":         accountsAddr,
+			"0.0.0.0:8650":         masterAddr,
+			"0.0.0.0:9100":         "127.0.0.1:" + strconv.Itoa(freePort(t)),
+			"127.0.0.1:8080":       "127.0.0.1:0",
+			"http://accounts:8640": "http://" + accountsAddr,
+			"/data/":               filepath.Join(dir, "data") + "/",
+		}, p2pPort, regexp.MustCompile(`://(accounts|master|bootstrap|postgres):`))
+		proc := n.start(name, args, senv)
+		if name == "bootstrap" {
+			// What `docker compose logs bootstrap` shows the operator.
+			m := regexp.MustCompile(`bootstrap node (\S+) listening on`).FindStringSubmatch(readFile(t, proc.log))
+			if m == nil {
+				t.Fatalf("bootstrap printed no peer ID:\n%s", proc.tail())
+			}
+			bootstrapID = m[1]
+		}
+	}
+	n.checkPlaying(6)
+	n.stopAll()
+}
+
+// buildBinaries builds overworld and bootstrapkeys for the tests.
+func buildBinaries(t *testing.T) (overworld, bootstrapkeys string) {
+	t.Helper()
+	dir := t.TempDir()
+	overworld, bootstrapkeys = filepath.Join(dir, "overworld"), filepath.Join(dir, "bootstrapkeys")
+	for out, pkg := range map[string]string{overworld: "../cmd/overworld", bootstrapkeys: "./bootstrapkeys"} {
+		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+	return overworld, bootstrapkeys
+}
+
+// network is the processes of one test, started in order: the bootstrap
+// node first, then the account server, the master server, peers and bots.
+type network struct {
+	t       *testing.T
+	bin     string
+	dir     string
+	running []*process
+}
+
+func newNetwork(t *testing.T, bin, dir string) *network {
+	n := &network{t: t, bin: bin, dir: dir}
+	t.Cleanup(func() {
+		for _, p := range slices.Backward(n.running) {
+			p.kill()
+		}
+	})
+	return n
+}
+
+// start runs one process and waits for its /readyz.
+func (n *network) start(name string, args []string, env map[string]string) *process {
+	n.t.Helper()
+	p := startProcess(n.t, n.bin, args, env, filepath.Join(n.dir, name+".log"))
+	p.name = name
+	n.running = append(n.running, p)
+	waitFor(n.t, p, 90*time.Second, "ready", func() bool { return httpOK(p.opsURL() + "/readyz") })
+	return p
+}
+
+// checkPlaying waits until the peers and bots (players) have registered
+// their accounts, every one of them and the bootstrap node has joined the
+// overlay, and one of them coordinates a region under a lease from the
+// account server.
+func (n *network) checkPlaying(players int) {
+	n.t.Helper()
 	metricsOf := func(p *process) string { return httpGet(p.opsURL() + "/metrics") }
-	accounts, bootstrap := running[1], running[0]
-	waitFor(t, accounts, 60*time.Second, "4 accounts registered (2 peers, 2 bots)", func() bool {
-		return metricSum(metricsOf(accounts), "overworld_accounts_registrations_total", `result="ok"`) >= 4
+	bootstrap, accounts := n.running[0], n.running[1]
+	waitFor(n.t, accounts, 60*time.Second, fmt.Sprintf("%d accounts registered", players), func() bool {
+		return metricSum(metricsOf(accounts), "overworld_accounts_registrations_total", `result="ok"`) >= float64(players)
 	})
-	waitFor(t, bootstrap, 60*time.Second, "the bootstrap node connected to the 4 peers and bots", func() bool {
-		return metricSum(metricsOf(bootstrap), "overworld_node_connected_peers", "") >= 4
-	})
-	waitFor(t, bootstrap, 90*time.Second, "a region coordinated under a lease", func() bool {
+	for _, p := range append([]*process{bootstrap}, n.running[3:]...) {
+		waitFor(n.t, p, 60*time.Second, "peers in its DHT routing table (joined the overlay)", func() bool {
+			return metricSum(metricsOf(p), "overworld_node_dht_routing_table_peers", "") >= 1
+		})
+	}
+	waitFor(n.t, bootstrap, 90*time.Second, "a region coordinated under a lease", func() bool {
 		var held float64
-		for _, p := range running[3:] {
+		for _, p := range n.running[3:] {
 			held += metricSum(metricsOf(p), "overworld_regions_held", `role="coordinator"`)
 		}
 		return held >= 1 && metricSum(metricsOf(accounts), "overworld_accounts_lease_operations_total", `result="ok"`) >= 1
 	})
+}
 
-	for _, p := range slices.Backward(running) {
+// stopAll sends SIGTERM to every process, last started first, and
+// expects each to exit cleanly.
+func (n *network) stopAll() {
+	n.t.Helper()
+	for _, p := range slices.Backward(n.running) {
 		if err := p.stop(30 * time.Second); err != nil {
-			t.Errorf("%s: %v\n%s", p.name, err, p.tail())
+			n.t.Errorf("%s: %v\n%s", p.name, err, p.tail())
 		}
 	}
-	running = nil
+	n.running = nil
 }
 
 func workloadObject(objs []object, name string) (object, bool) {
@@ -221,7 +328,7 @@ func workloadContainer(objs []object, name string) (container, bool) {
 // replaced, -listen-port as loopback multiaddrs on p2pPort, and -db
 // dropped (SQLite in -data-dir). It fails the test if anything of the
 // cluster is left.
-func localArgs(t *testing.T, in []string, env, replace map[string]string, p2pPort int) []string {
+func localArgs(t *testing.T, in []string, env, replace map[string]string, p2pPort int, clusterURL *regexp.Regexp) []string {
 	t.Helper()
 	var out []string
 	for i := 0; i < len(in); i++ {
@@ -248,7 +355,7 @@ func localArgs(t *testing.T, in []string, env, replace map[string]string, p2pPor
 		}
 	}
 	for _, a := range out {
-		if strings.Contains(a, "0.0.0.0") || serviceURL.MatchString(a) {
+		if strings.Contains(a, "0.0.0.0") || clusterURL.MatchString(a) {
 			t.Fatalf("argument %q still names a cluster address (args %q)", a, out)
 		}
 	}
