@@ -3,10 +3,12 @@ package deploy
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, as the stores use
 )
 
 // TestKubernetesCommandLinesRun runs the command lines of the Kubernetes
@@ -24,8 +28,10 @@ import (
 // made by bootstrapkeys (copied to a private file as the init container
 // does), the account server, the master server, two headless peers and
 // two bots, each with exactly the manifest's arguments and environment
-// except for addresses, paths and the database (SQLite here; PostgreSQL
-// is the account store tests' business). It checks that every process
+// except for addresses and paths. With OVERWORLD_TEST_POSTGRES (CI's
+// PostgreSQL) the account and master servers share a fresh database
+// there through the manifests' -db URL (only host, port and database
+// name changed); without, they use SQLite. It checks that every process
 // gets ready, that peers and bots register their pod-named accounts, that
 // they join the overlay through the bootstrap node and that regions get
 // coordinated,
@@ -78,6 +84,7 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 	}
 	accountsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	masterAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	database := e2eDatabase(t)
 	procs := []struct{ workload, pod string }{
 		{"overworld-bootstrap", "overworld-bootstrap-0"},
 		{"overworld-accounts", "overworld-accounts-0"},
@@ -144,7 +151,7 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 		if pr.workload != "overworld-bootstrap" {
 			p2pPort = freePort(t)
 		}
-		args := localArgs(t, c.Args, env, map[string]string{
+		args := localArgs(t, c.Args, env, database, map[string]string{
 			"0.0.0.0:8640":                   accountsAddr,
 			"0.0.0.0:8650":                   masterAddr,
 			"0.0.0.0:9100":                   "127.0.0.1:" + strconv.Itoa(freePort(t)),
@@ -154,7 +161,10 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 			"/secrets/":                      secrets + "/",
 			"/data/":                         filepath.Join(podDir, "data") + "/",
 		}, p2pPort, serviceURL)
-		n.start(pr.pod, args, env)
+		p := n.start(pr.pod, args, env)
+		if database != nil && slices.Contains(args, "-db") && !strings.Contains(readFile(t, p.log), "store: postgres") {
+			t.Errorf("%s does not say it uses PostgreSQL:\n%s", pr.pod, p.tail())
+		}
 	}
 	n.checkPlaying(4)
 	n.stopAll()
@@ -200,7 +210,7 @@ func TestComposeCommandLinesRun(t *testing.T) {
 			p2pPort = freePort(t)
 		}
 		dir := filepath.Join(tmp, name)
-		args := localArgs(t, s.Command, senv, map[string]string{
+		args := localArgs(t, s.Command, senv, nil, map[string]string{
 			"0.0.0.0:8640":         accountsAddr,
 			"0.0.0.0:8650":         masterAddr,
 			"0.0.0.0:9100":         "127.0.0.1:" + strconv.Itoa(freePort(t)),
@@ -220,6 +230,45 @@ func TestComposeCommandLinesRun(t *testing.T) {
 	}
 	n.checkPlaying(6)
 	n.stopAll()
+}
+
+// e2eDatabase returns how the test rewrites the manifests' -db URL: into
+// a fresh database on OVERWORLD_TEST_POSTGRES's server, dropped after the
+// test, or nil (SQLite) without one.
+func e2eDatabase(t *testing.T) func(string) string {
+	t.Helper()
+	admin := os.Getenv("OVERWORLD_TEST_POSTGRES")
+	if admin == "" {
+		t.Log("OVERWORLD_TEST_POSTGRES unset: the account and master servers use SQLite")
+		return nil
+	}
+	server, err := url.Parse(admin)
+	if err != nil {
+		t.Fatalf("OVERWORLD_TEST_POSTGRES: %v", err)
+	}
+	db, err := sql.Open("pgx", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	name := fmt.Sprintf("overworld_deploy_e2e_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if _, err := db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	t.Logf("the account and master servers share database %s", name)
+	return func(manifestURL string) string {
+		u, err := url.Parse(manifestURL)
+		if err != nil {
+			t.Fatalf("-db %q: %v", manifestURL, err)
+		}
+		u.Host, u.Path = server.Host, "/"+name
+		return u.String()
+	}
 }
 
 // buildBinaries builds overworld and bootstrapkeys for the tests.
@@ -326,9 +375,9 @@ func workloadContainer(objs []object, name string) (container, bool) {
 // localArgs turns a manifest's arguments into ones for this machine:
 // $(VAR) expanded as Kubernetes does, cluster addresses and paths
 // replaced, -listen-port as loopback multiaddrs on p2pPort, and -db
-// dropped (SQLite in -data-dir). It fails the test if anything of the
-// cluster is left.
-func localArgs(t *testing.T, in []string, env, replace map[string]string, p2pPort int, clusterURL *regexp.Regexp) []string {
+// given to database (nil: dropped, SQLite in -data-dir). It fails the
+// test if anything of the cluster is left.
+func localArgs(t *testing.T, in []string, env map[string]string, database func(string) string, replace map[string]string, p2pPort int, clusterURL *regexp.Regexp) []string {
 	t.Helper()
 	var out []string
 	for i := 0; i < len(in); i++ {
@@ -340,6 +389,10 @@ func localArgs(t *testing.T, in []string, env, replace map[string]string, p2pPor
 			continue
 		case "-db":
 			i++
+			if database == nil {
+				continue
+			}
+			out = append(out, "-db", database(in[i]))
 			continue
 		}
 		for from, to := range replace {
