@@ -34,8 +34,7 @@ import (
 // name changed); without, they use SQLite. It checks that every process
 // gets ready, that peers and bots register their pod-named accounts, that
 // they join the overlay through the bootstrap node and that regions get
-// coordinated,
-// and that SIGTERM stops each cleanly.
+// coordinated under leases, and that SIGTERM stops each cleanly.
 //
 // It builds the binary and runs seven processes (about 10 s with a warm
 // build cache), so -short skips it.
@@ -56,7 +55,7 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 	addrs = strings.Replace(addrs, "/dns4/overworld-bootstrap-0.overworld-bootstrap/tcp/4001", "/ip4/127.0.0.1/tcp/"+strconv.Itoa(bootPort), 1)
 	operator := map[string]string{ // ConfigMap or Secret name/key -> value
 		"overworld-network/OVERWORLD_BOOTSTRAP": addrs,
-		"overworld-postgres/password":           "unused-with-sqlite",
+		"overworld-postgres/password":           "e2e-postgres-password", // trust auth in CI ignores it
 		"overworld-accounts/admin-token":        "e2e-admin-token-0123456789",
 		"overworld-master/operator-tokens":      "e2e-operator-token-0123456789",
 		"overworld-peers/password":              "e2e-peer-password",
