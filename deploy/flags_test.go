@@ -301,6 +301,14 @@ func TestKubernetesInvocations(t *testing.T) {
 			}
 			checkInvocation(t, invocation{where: where, args: c.Args, env: env})
 			checked++
+			// CRIMP multicasts on the machines' LAN; a pod in the host's
+			// network still needs the cluster's DNS for the account server.
+			if len(c.Args) > 0 && c.Args[0] == "mirror" && !ps.HostNetwork {
+				t.Errorf("%s: a mirror outside the host's network cannot multicast on the LAN", where)
+			}
+			if ps.HostNetwork && ps.DNSPolicy != "ClusterFirstWithHostNet" {
+				t.Errorf("%s: hostNetwork without dnsPolicy ClusterFirstWithHostNet cannot resolve the cluster's Services", where)
+			}
 			if i := slices.Index(c.Args, "-user"); i >= 0 && i+1 < len(c.Args) && c.Args[i+1] == "$(POD_NAME)" {
 				if n := longestPodName(o); n > 32 {
 					t.Errorf("%s: logs in as its pod name, which can be %d characters; account names have at most 32", where, n)

@@ -154,16 +154,13 @@ type object struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Metadata   struct {
-		Name      string            `json:"name"`
-		Namespace string            `json:"namespace"`
-		Labels    map[string]string `json:"labels"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
 	} `json:"metadata"`
 	Data map[string]string `json:"data"`
 	Spec struct {
 		// Services
-		ClusterIP string `json:"clusterIP"`
-		Selector  any    `json:"selector"`
-		Ports     []struct {
+		Ports []struct {
 			Port int `json:"port"`
 		} `json:"ports"`
 		// Workloads
