@@ -308,7 +308,10 @@ func (n *network) start(name string, args []string, env map[string]string) *proc
 	p := startProcess(n.t, n.bin, args, env, filepath.Join(n.dir, name+".log"))
 	p.name = name
 	n.running = append(n.running, p)
-	waitFor(n.t, p, 90*time.Second, "ready", func() bool { return httpOK(p.opsURL() + "/readyz") })
+	waitFor(n.t, p, 90*time.Second, "ready", func() bool {
+		status, _ := httpGet(p.opsURL() + "/readyz")
+		return status == http.StatusOK
+	})
 	return p
 }
 
@@ -318,7 +321,10 @@ func (n *network) start(name string, args []string, env map[string]string) *proc
 // account server.
 func (n *network) checkPlaying(players int) {
 	n.t.Helper()
-	metricsOf := func(p *process) string { return httpGet(p.opsURL() + "/metrics") }
+	metricsOf := func(p *process) string {
+		_, body := httpGet(p.opsURL() + "/metrics")
+		return body
+	}
 	bootstrap, accounts := n.running[0], n.running[1]
 	waitFor(n.t, accounts, 60*time.Second, fmt.Sprintf("%d accounts registered", players), func() bool {
 		return metricSum(metricsOf(accounts), "overworld_accounts_registrations_total", `result="ok"`) >= float64(players)
@@ -519,29 +525,19 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func httpOK(url string) bool {
+// httpGet fetches url with a short timeout: its status (0 when it could
+// not be fetched) and body.
+func httpGet(url string) (int, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-func httpGet(url string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return ""
+		return 0, ""
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	return string(b)
+	return resp.StatusCode, string(b)
 }
 
 var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)`)

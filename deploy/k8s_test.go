@@ -180,9 +180,6 @@ type podSpec struct {
 		Secret *struct {
 			SecretName string `json:"secretName"`
 		} `json:"secret"`
-		ConfigMap *struct {
-			Name string `json:"name"`
-		} `json:"configMap"`
 	} `json:"volumes"`
 }
 
