@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -270,18 +271,30 @@ func e2eDatabase(t *testing.T) func(string) string {
 	}
 }
 
-// buildBinaries builds overworld and bootstrapkeys for the tests.
+// buildBinaries builds overworld and bootstrapkeys, once for all tests.
 func buildBinaries(t *testing.T) (overworld, bootstrapkeys string) {
 	t.Helper()
-	dir := t.TempDir()
-	overworld, bootstrapkeys = filepath.Join(dir, "overworld"), filepath.Join(dir, "bootstrapkeys")
-	for out, pkg := range map[string]string{overworld: "../cmd/overworld", bootstrapkeys: "./bootstrapkeys"} {
-		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	bins, err := builtBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins[0], bins[1]
+}
+
+var builtBinaries = sync.OnceValues(func() ([2]string, error) {
+	dir, err := os.MkdirTemp("", "overworld-deploy-bin-")
+	if err != nil {
+		return [2]string{}, err
+	}
+	cleanupDirs = append(cleanupDirs, dir)
+	bins := [2]string{filepath.Join(dir, "overworld"), filepath.Join(dir, "bootstrapkeys")}
+	for i, pkg := range []string{"../cmd/overworld", "./bootstrapkeys"} {
+		if b, err := exec.Command("go", "build", "-o", bins[i], pkg).CombinedOutput(); err != nil {
+			return bins, fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 		}
 	}
-	return overworld, bootstrapkeys
-}
+	return bins, nil
+})
 
 // network is the processes of one test, started in order: the bootstrap
 // node first, then the account server, the master server, peers and bots.

@@ -36,7 +36,7 @@ var k8sSchemas = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	schemaDirToRemove = dir
+	cleanupDirs = append(cleanupDirs, dir)
 	files, err := filepath.Glob(filepath.Join(src, "*_openapi.json"))
 	if err != nil || len(files) == 0 {
 		return "", fmt.Errorf("no OpenAPI documents in %s (%v)", src, err)
@@ -49,13 +49,14 @@ var k8sSchemas = sync.OnceValues(func() (string, error) {
 	return dir, nil
 })
 
-// schemaDirToRemove is the directory k8sSchemas made, for TestMain.
-var schemaDirToRemove string
+// cleanupDirs are directories shared by the tests (the schemas, the
+// binaries), removed when they are done.
+var cleanupDirs []string
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if schemaDirToRemove != "" {
-		os.RemoveAll(schemaDirToRemove)
+	for _, d := range cleanupDirs {
+		os.RemoveAll(d)
 	}
 	os.Exit(code)
 }
