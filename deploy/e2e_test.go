@@ -3,9 +3,15 @@ package deploy
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
 	"database/sql"
+	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -95,10 +101,12 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 		{"overworld-bot", "overworld-bot-6b4f8d9c5f-m4n8r"},
 	}
 	n := newNetwork(t, bin, tmp)
-	for _, pr := range procs {
-		c, ok := workloadContainer(objs, pr.workload)
+	// startPod runs the workload's overworld container as the pod would.
+	startPod := func(workload, pod string, replace map[string]string) *process {
+		t.Helper()
+		c, ok := workloadContainer(objs, workload)
 		if !ok {
-			t.Fatalf("no workload %s in the manifests", pr.workload)
+			t.Fatalf("no workload %s in the manifests", workload)
 		}
 		env := map[string]string{}
 		for _, e := range c.Env {
@@ -106,7 +114,9 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 			if vf := e.ValueFrom; vf != nil {
 				switch {
 				case vf.FieldRef != nil && vf.FieldRef.FieldPath == "metadata.name":
-					v = pr.pod
+					v = pod
+				case vf.FieldRef != nil && vf.FieldRef.FieldPath == "status.hostIP":
+					v = "127.0.0.1"
 				case vf.ConfigMapKeyRef != nil:
 					if data, ok := configMaps[vf.ConfigMapKeyRef.Name]; ok {
 						v = data[vf.ConfigMapKeyRef.Key]
@@ -116,7 +126,7 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 				case vf.SecretKeyRef != nil:
 					v = operator[vf.SecretKeyRef.Name+"/"+vf.SecretKeyRef.Key]
 				default:
-					t.Fatalf("%s: env %s from an unknown source", pr.workload, e.Name)
+					t.Fatalf("%s: env %s from an unknown source", workload, e.Name)
 				}
 			}
 			env[e.Name] = v
@@ -129,12 +139,12 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 			}
 		}
 		// The pod's Secret volume, mounted at /secrets.
-		podDir := filepath.Join(tmp, pr.pod)
+		podDir := filepath.Join(tmp, pod)
 		secrets := filepath.Join(podDir, "secrets")
 		if err := os.MkdirAll(secrets, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		o, _ := workloadObject(objs, pr.workload)
+		o, _ := workloadObject(objs, workload)
 		for _, vol := range o.Spec.Template.Spec.Volumes {
 			if vol.Secret == nil || vol.Secret.SecretName == "overworld-bootstrap-keys" {
 				continue
@@ -148,10 +158,10 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 			}
 		}
 		p2pPort := bootPort
-		if pr.workload != "overworld-bootstrap" {
+		if workload != "overworld-bootstrap" {
 			p2pPort = freePort(t)
 		}
-		args := localArgs(t, c.Args, env, database, map[string]string{
+		rep := map[string]string{
 			"0.0.0.0:8640":                   accountsAddr,
 			"0.0.0.0:8650":                   masterAddr,
 			"0.0.0.0:9100":                   "127.0.0.1:" + strconv.Itoa(freePort(t)),
@@ -160,13 +170,57 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 			"/identity/":                     identity + "/",
 			"/secrets/":                      secrets + "/",
 			"/data/":                         filepath.Join(podDir, "data") + "/",
-		}, p2pPort, serviceURL)
-		p := n.start(pr.pod, args, env)
-		if database != nil && slices.Contains(args, "-db") && !strings.Contains(readFile(t, p.log), "store: postgres") {
-			t.Errorf("%s does not say it uses PostgreSQL:\n%s", pr.pod, p.tail())
 		}
+		maps.Copy(rep, replace)
+		args := localArgs(t, c.Args, env, database, rep, p2pPort, serviceURL)
+		p := n.start(pod, args, env)
+		if database != nil && slices.Contains(args, "-db") && !strings.Contains(readFile(t, p.log), "store: postgres") {
+			t.Errorf("%s does not say it uses PostgreSQL:\n%s", pod, p.tail())
+		}
+		return p
+	}
+	for _, pr := range procs {
+		startPod(pr.workload, pr.pod, nil)
 	}
 	n.checkPlaying(4)
+
+	// Mirrors, once the binary has them: the authority with its key from
+	// the Secret, a mirror with the public half from the ConfigMap, both
+	// multicasting on the loopback interface as they would on the LAN.
+	if exec.Command(bin, "help", "mirror").Run() != nil {
+		t.Log("this overworld has no mirror subcommand yet: mirrors not run")
+		n.stopAll()
+		return
+	}
+	_, authKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(authKey) // what openssl genpkey -algorithm ed25519 writes
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator["overworld-mirror-authority/authority.pem"] = string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	operator["overworld-mirror-authority/OVERWORLD_AUTHORITY_PUBLIC_KEY"] = base64.StdEncoding.EncodeToString(authKey.Public().(ed25519.PublicKey))
+	configMaps["overworld-mirror"] = map[string]string{
+		"interface": "lo",
+		"multicast": fmt.Sprintf("239.77.%d.%d:%d", os.Getpid()%200+1, time.Now().UnixNano()%200+1, freePort(t)),
+	}
+	statePort := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	authority := startPod("overworld-mirror-authority", "overworld-mirror-authority-5f7b9c8d6e-k3m9p", map[string]string{
+		"0.0.0.0:8670":   "127.0.0.1:" + strconv.Itoa(freePort(t)),
+		"0.0.0.0:8671":   statePort,
+		"127.0.0.1:8671": statePort, // $(HOST_IP):8671
+	})
+	mirror := startPod("overworld-mirror", "overworld-mirror-x8k2j", map[string]string{
+		"0.0.0.0:8670": "127.0.0.1:" + strconv.Itoa(freePort(t)),
+	})
+	for _, p := range []*process{authority, mirror} {
+		waitFor(t, p, 60*time.Second, "checkpoints agreed with the other mirror", func() bool {
+			_, body := httpGet(p.opsURL() + "/metrics")
+			return metricSum(body, "mirror_checkpoints_agreed_total", "") >= 1
+		})
+	}
 	n.stopAll()
 }
 
@@ -174,7 +228,9 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 // deploy/README.md: start the bootstrap node, read its peer ID from its
 // output into BOOTSTRAP_ID, then start the account and master servers,
 // the three peers and the three bots with the commands and environment
-// compose gives them.
+// compose gives them; then, once the binary has mirrors, the mirror
+// profile the same way (the authority's printed public key into
+// MIRROR_AUTHORITY_PUBLIC_KEY), multicasting on the loopback interface.
 func TestComposeCommandLinesRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds the binary and runs the compose file's command lines as processes")
@@ -185,11 +241,17 @@ func TestComposeCommandLinesRun(t *testing.T) {
 	accountsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	masterAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	bootPort := freePort(t)
-	var bootstrapID string
-	for _, name := range []string{"bootstrap", "accounts", "master", "peer-1", "peer-2", "peer-3", "bot-1", "bot-2", "bot-3"} {
-		env := composeEnv(t)
+	var bootstrapID, authorityKey string
+	multicast := fmt.Sprintf("239.78.%d.%d:%d", os.Getpid()%200+1, time.Now().UnixNano()%200+1, freePort(t))
+	statePort := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	start := func(name string) *process {
+		t.Helper()
+		env := append(composeEnv(t), "MIRROR_INTERFACE=lo")
 		if bootstrapID != "" {
 			env = append(env, "BOOTSTRAP_ID="+bootstrapID)
+		}
+		if authorityKey != "" {
+			env = append(env, "MIRROR_AUTHORITY_PUBLIC_KEY="+authorityKey)
 		}
 		p, err := loadCompose(t, env)
 		if err != nil {
@@ -205,30 +267,57 @@ func TestComposeCommandLinesRun(t *testing.T) {
 				senv[k] = strings.Replace(*v, "/dns4/bootstrap/tcp/4001", "/ip4/127.0.0.1/tcp/"+strconv.Itoa(bootPort), 1)
 			}
 		}
+		if s.NetworkMode == "host" {
+			senv["OVERWORLD_MULTICAST"] = multicast // not the default group other tests on this machine may use
+		}
 		p2pPort := bootPort
 		if name != "bootstrap" {
 			p2pPort = freePort(t)
 		}
 		dir := filepath.Join(tmp, name)
 		args := localArgs(t, s.Command, senv, nil, map[string]string{
-			"0.0.0.0:8640":         accountsAddr,
-			"0.0.0.0:8650":         masterAddr,
-			"0.0.0.0:9100":         "127.0.0.1:" + strconv.Itoa(freePort(t)),
-			"127.0.0.1:8080":       "127.0.0.1:0",
-			"http://accounts:8640": "http://" + accountsAddr,
-			"/data/":               filepath.Join(dir, "data") + "/",
+			"0.0.0.0:8640":          accountsAddr,
+			"0.0.0.0:8650":          masterAddr,
+			"0.0.0.0:9100":          "127.0.0.1:" + strconv.Itoa(freePort(t)),
+			"0.0.0.0:8670":          "127.0.0.1:" + strconv.Itoa(freePort(t)),
+			"0.0.0.0:8672":          "127.0.0.1:" + strconv.Itoa(freePort(t)),
+			"127.0.0.1:8671":        statePort,
+			"127.0.0.1:8080":        "127.0.0.1:0",
+			"http://accounts:8640":  "http://" + accountsAddr,
+			"http://127.0.0.1:8640": "http://" + accountsAddr, // the host-network mirrors
+			"/data/":                filepath.Join(dir, "data") + "/",
 		}, p2pPort, regexp.MustCompile(`://(accounts|master|bootstrap|postgres):`))
-		proc := n.start(name, args, senv)
-		if name == "bootstrap" {
-			// What `docker compose logs bootstrap` shows the operator.
-			m := regexp.MustCompile(`bootstrap node (\S+) listening on`).FindStringSubmatch(readFile(t, proc.log))
-			if m == nil {
-				t.Fatalf("bootstrap printed no peer ID:\n%s", proc.tail())
-			}
-			bootstrapID = m[1]
+		return n.start(name, args, senv)
+	}
+	// logged is what `docker compose logs` shows the operator.
+	logged := func(p *process, re string) string {
+		t.Helper()
+		m := regexp.MustCompile(re).FindStringSubmatch(readFile(t, p.log))
+		if m == nil {
+			t.Fatalf("%s printed nothing like %q:\n%s", p.name, re, p.tail())
 		}
+		return m[1]
+	}
+	bootstrapID = logged(start("bootstrap"), `bootstrap node (\S+) listening on`)
+	for _, name := range []string{"accounts", "master", "peer-1", "peer-2", "peer-3", "bot-1", "bot-2", "bot-3"} {
+		start(name)
 	}
 	n.checkPlaying(6)
+
+	if exec.Command(bin, "help", "mirror").Run() != nil {
+		t.Log("this overworld has no mirror subcommand yet: the mirror profile not run")
+		n.stopAll()
+		return
+	}
+	authority := start("mirror-authority")
+	authorityKey = logged(authority, `authority public key[^:]*: (\S+)`)
+	mirror := start("mirror")
+	for _, p := range []*process{authority, mirror} {
+		waitFor(t, p, 60*time.Second, "checkpoints agreed with the other mirror", func() bool {
+			_, body := httpGet(p.opsURL() + "/metrics")
+			return metricSum(body, "mirror_checkpoints_agreed_total", "") >= 1
+		})
+	}
 	n.stopAll()
 }
 
@@ -271,7 +360,8 @@ func e2eDatabase(t *testing.T) func(string) string {
 	}
 }
 
-// buildBinaries builds overworld and bootstrapkeys, once for all tests.
+// buildBinaries builds overworld (or takes OVERWORLD_DEPLOY_BIN) and
+// bootstrapkeys, once for all tests.
 func buildBinaries(t *testing.T) (overworld, bootstrapkeys string) {
 	t.Helper()
 	bins, err := builtBinaries()
@@ -289,6 +379,12 @@ var builtBinaries = sync.OnceValues(func() ([2]string, error) {
 	cleanupDirs = append(cleanupDirs, dir)
 	bins := [2]string{filepath.Join(dir, "overworld"), filepath.Join(dir, "bootstrapkeys")}
 	for i, pkg := range []string{"../cmd/overworld", "./bootstrapkeys"} {
+		if i == 0 && os.Getenv("OVERWORLD_DEPLOY_BIN") != "" {
+			// An overworld built elsewhere, e.g. from a branch with more
+			// subcommands (mirror), to try the manifests against it.
+			bins[0] = os.Getenv("OVERWORLD_DEPLOY_BIN")
+			continue
+		}
 		if b, err := exec.Command("go", "build", "-o", bins[i], pkg).CombinedOutput(); err != nil {
 			return bins, fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 		}
