@@ -31,7 +31,7 @@ const (
 	refusedDuplicate      = "duplicate_command"
 	refusedTooLate        = "too_late"
 	refusedOverflow       = "overflow"
-	refusedNotIngress     = "not_ingress"      // a command for a player from a mirror not its ingress (counted by the confirmed state)
+	refusedNotIngress     = "not_ingress" // a command for a player from a mirror not its ingress (counted by the confirmed state)
 	refusedNotAuthority   = "release_not_authority"
 	refusedBuffer         = "join_buffer_full" // commands beyond the buffer kept while joining
 )
