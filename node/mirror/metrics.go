@@ -34,6 +34,7 @@ const (
 	refusedNotIngress     = "not_ingress" // a command for a player from a mirror not its ingress (counted by the confirmed state)
 	refusedNotAuthority   = "release_not_authority"
 	refusedBuffer         = "join_buffer_full" // commands beyond the buffer kept while joining
+	refusedBeforeState    = "before_state"     // commands older than the state this mirror started from (recovered history)
 )
 
 // metrics are the server's counters, as atomics (tests and the status

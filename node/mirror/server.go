@@ -70,6 +70,7 @@ type Server struct {
 	frame     uint64
 	nextSave  time.Time
 	retuner   *tss.Retuner
+	base      uint64 // the tick of the state this mirror started from
 
 	sessions    map[uint64]*session
 	players     map[game.PlayerID]*session
@@ -511,6 +512,13 @@ func (s *Server) onDeliver(d crimp.Delivery) {
 
 // deliver files a command from another mirror (or a transfer) at now.
 func (s *Server) deliver(cmd Command, now time.Time) {
+	if s.sync.Config().TickOf(cmd.Stamp) <= s.base {
+		// CRIMP recovers what the group sent before this mirror joined;
+		// what is older than the transferred state is in that state (or
+		// was too late for the authority too).
+		s.m.refuse(refusedBeforeState)
+		return
+	}
 	s.tickTo(now)
 	v := s.sync.Deliver(cmd, now.UnixNano())
 	s.countVerdict(v)
@@ -648,6 +656,7 @@ func (s *Server) install(t transfer, resync bool) error {
 			return err
 		}
 	}
+	s.base = t.state.Tick()
 	for _, c := range t.pending {
 		s.deliver(c, now)
 	}
