@@ -60,7 +60,7 @@ func (s *Server) egress(now time.Time) {
 	leading, last := s.sync.Leading(), s.sync.Last()
 	lw := leading.World()
 	var status *mirrorpb.MirrorStatus
-	for _, sess := range s.sessions {
+	for _, sess := range s.sessionList() {
 		if sess.state != sessionPlaying {
 			continue
 		}

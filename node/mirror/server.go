@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -220,6 +221,18 @@ func (s *Server) startSync(cfg tss.Config, st *State) error {
 		s.retuner = r
 	}
 	return nil
+}
+
+// sessionList returns the sessions in the order they connected, so that
+// what the server does for each (and a simulation of it) does not depend
+// on map order.
+func (s *Server) sessionList() []*session {
+	out := make([]*session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		out = append(out, sess)
+	}
+	slices.SortFunc(out, func(a, b *session) int { return cmp.Compare(a.id, b.id) })
+	return out
 }
 
 // locked runs f under the lock, then what f posted (CRIMP sends, joins)
@@ -556,7 +569,7 @@ func (s *Server) onEvent(e crimp.Event) {
 			}
 		case crimp.EventDropped:
 			s.log.Error("the authority dropped this mirror; closing sessions and joining again")
-			for _, sess := range s.sessions {
+			for _, sess := range s.sessionList() {
 				s.closeSession(sess, "mirror_dropped", "this mirror left the group; reconnect to another", false)
 			}
 			s.sync, s.joined, s.id, s.buffered, s.captures = nil, false, 0, nil, nil
@@ -708,7 +721,7 @@ func (s *Server) Close() error {
 		if s.closed {
 			return
 		}
-		for _, sess := range s.sessions {
+		for _, sess := range s.sessionList() {
 			s.closeSession(sess, "shutdown", "mirror shutting down", false)
 		}
 		s.closed = true
@@ -755,7 +768,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // LeaveAll ends every session as if its client had left.
 func (s *Server) LeaveAll() {
 	s.locked(func() {
-		for _, sess := range s.sessions {
+		for _, sess := range s.sessionList() {
 			s.closeSession(sess, "shutdown", "mirror shutting down", true)
 		}
 	})

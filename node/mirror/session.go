@@ -357,7 +357,7 @@ func (s *Server) sendInput(sess *session, in *mirrorpb.Input, now time.Time, tic
 // flushHeld sends the inputs held back for the tick that just ended.
 func (s *Server) flushHeld(now time.Time) {
 	tick := s.sync.Config().TickOf(now.UnixNano())
-	for _, sess := range s.sessions {
+	for _, sess := range s.sessionList() {
 		if sess.held != nil && sess.state == sessionPlaying && sess.sent != tick {
 			s.sendInput(sess, sess.held, now, tick)
 		}
@@ -440,7 +440,7 @@ func (s *Server) saveCharacter(player game.PlayerID, tok string, version int64, 
 // state (periodically, so a crash loses at most SaveEvery).
 func (s *Server) saveSessions() {
 	last := s.sync.Last()
-	for _, sess := range s.sessions {
+	for _, sess := range s.sessionList() {
 		if sess.state != sessionPlaying || last.OwnerOf(sess.player) != uint32(s.id) {
 			continue
 		}
@@ -456,7 +456,7 @@ func (s *Server) saveSessions() {
 func (s *Server) checkOwnership() {
 	last := s.sync.Last()
 	now := s.clock.Now()
-	for _, sess := range s.sessions {
+	for _, sess := range s.sessionList() {
 		if sess.state != sessionPlaying {
 			continue
 		}
