@@ -115,6 +115,13 @@ func (c *Client) SendInput(ctx context.Context, in game.Input, respawnHome bool)
 	return c.conn.Write(ctx, websocket.MessageBinary, b)
 }
 
+// LastSeq is the seq of the newest input sent.
+func (c *Client) LastSeq() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.seq
+}
+
 // SendRaw sends a frame as it is (tests of what mirrors refuse).
 func (c *Client) SendRaw(ctx context.Context, typ websocket.MessageType, b []byte) error {
 	return c.conn.Write(ctx, typ, b)
