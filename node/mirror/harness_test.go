@@ -167,22 +167,36 @@ type player struct {
 
 func (c *cluster) player(name string) player {
 	c.t.Helper()
-	key, _, err := crypto.GenerateEd25519Key(c.rng)
+	p, err := mintPlayer(c.rng, c.signer, name, c.clock.Now())
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	return p
+}
+
+// mintPlayer makes an account with a fresh peer key and a token for it
+// valid for an hour from now.
+func mintPlayer(rng io.Reader, signer ed25519.PrivateKey, name string, now time.Time) (player, error) {
+	key, _, err := crypto.GenerateEd25519Key(rng)
+	if err != nil {
+		return player{}, err
+	}
 	id, _ := peer.IDFromPrivateKey(key)
 	p := player{account: "acct-" + name, name: name, key: key, id: id}
-	p.tok = c.token(p, c.clock.Now(), time.Hour)
-	return p
+	p.tok, err = signToken(signer, p, now, time.Hour)
+	return p, err
+}
+
+func signToken(signer ed25519.PrivateKey, p player, at time.Time, ttl time.Duration) (string, error) {
+	return token.Sign(signer, token.Claims{
+		Session: "s-" + p.name, Account: p.account, Player: p.name, Peer: p.id,
+		IssuedAt: at.Add(-time.Second), Expiry: at.Add(ttl),
+	})
 }
 
 func (c *cluster) token(p player, at time.Time, ttl time.Duration) string {
 	c.t.Helper()
-	tok, err := token.Sign(c.signer, token.Claims{
-		Session: "s-" + p.name, Account: p.account, Player: p.name, Peer: p.id,
-		IssuedAt: at.Add(-time.Second), Expiry: at.Add(ttl),
-	})
+	tok, err := signToken(c.signer, p, at, ttl)
 	if err != nil {
 		c.t.Fatal(err)
 	}
