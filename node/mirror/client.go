@@ -262,15 +262,24 @@ func (c *ClientCore) View() ClientView {
 	return v
 }
 
-// Input encodes the next input frame (the newest input and the three
-// before it); player names the session's player, or "" to leave it out.
+// Input encodes the next input frame: the newest input and those of the
+// last three the mirror has not acknowledged. in.Player names the
+// session's player, or "" to leave it out.
 func (c *ClientCore) Input(in game.Input, respawnHome bool) []byte {
 	c.seq++
 	x := &mirrorpb.Input{
 		Seq: c.seq, MoveX: int32(in.MoveX), MoveY: int32(in.MoveY), Eat: in.Eat, PickUp: in.PickUp, Fight: in.Fight,
 		Target: string(in.Target), Player: string(in.Player), RespawnHome: respawnHome,
 	}
-	f := &mirrorpb.InputFrame{Input: x, Previous: slices.Clone(c.recent)}
+	// Repeat the earlier inputs the mirror has not acknowledged yet (its
+	// updates carry the newest seq it took): on a lossless stream that is
+	// usually none, after a stall up to three.
+	f := &mirrorpb.InputFrame{Input: x}
+	for _, r := range c.recent {
+		if r.Seq > c.view.InputSeq {
+			f.Previous = append(f.Previous, r)
+		}
+	}
 	c.recent = append([]*mirrorpb.Input{x}, c.recent...)
 	if len(c.recent) > MaxPreviousInputs {
 		c.recent = c.recent[:MaxPreviousInputs]

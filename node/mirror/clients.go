@@ -253,6 +253,14 @@ func (c *LocalClient) sendLocked(b []byte) {
 	c.clock.AfterFunc(c.delay, func() { conn.Receive(b) })
 }
 
+// Counters returns the bytes in, bytes out, frames in and frames out so
+// far.
+func (c *LocalClient) Counters() [4]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return [4]uint64{c.BytesIn, c.BytesOut, c.FramesIn, c.FramesOut}
+}
+
 // Send sends a raw frame (tests of what mirrors refuse).
 func (c *LocalClient) Send(b []byte) {
 	c.mu.Lock()

@@ -404,11 +404,13 @@ func (s *Server) tickTo(now time.Time) {
 		if b > n {
 			break
 		}
-		s.absorb(s.sync.Tick(b))
-		s.atStop(s.sync.Last())
+		r := s.sync.Tick(b)
+		s.atStop(s.sync.Last()) // first: a checkpoint compared in absorb may need its copy
+		s.absorb(r)
 	}
-	s.absorb(s.sync.Tick(n))
+	r := s.sync.Tick(n)
 	s.atStop(s.sync.Last())
+	s.absorb(r)
 }
 
 // absorb handles what the synchronizer reports.
@@ -670,6 +672,17 @@ func (s *Server) install(t transfer, resync bool) error {
 		}
 	}
 	s.base = t.state.Tick()
+	// Our hashes of the ticks from the transferred state's on are void:
+	// the last state makes them again from the new state.
+	for tick := range s.cps.own {
+		if tick >= s.base {
+			delete(s.cps.own, tick)
+			delete(s.cps.clones, tick)
+		}
+	}
+	if s.base > 0 && s.base%s.sync.Config().CheckpointTicks == 0 {
+		s.cps.own[s.base] = s.sync.Last().Hash()
+	}
 	for _, c := range t.pending {
 		s.deliver(c, now)
 	}

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -263,4 +266,93 @@ func TestClockSkew(t *testing.T) {
 	fixed := c.clock.Now()
 	c.runUntil(10*time.Second, "both ready with the clock set right", func() bool { return c.mirrors[0].Ready() && fast.Ready() })
 	t.Logf("both ready again %v after the clock was set right", c.clock.Now().Sub(fixed))
+}
+
+// TestResyncAfterDivergence: the link between two mirrors fails for longer
+// than the last delay, so each gets the other's commands too late (CRIMP
+// still recovers them within its history): the last states differ, the
+// hash exchange finds it within a couple of seconds, both sides dump their
+// state, the non-authority fetches the authority's, and from then on they
+// agree again.
+func TestResyncAfterDivergence(t *testing.T) {
+	dumps := []string{t.TempDir(), t.TempDir()}
+	c := newCluster(t, clusterOpts{mirrors: 2, link: crimp.LinkParams{Delay: 5 * time.Millisecond}, seed: 23,
+		delays: []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond}, history: time.Second,
+		tweak: func(i int, cfg *Config) { cfg.DataDir = dumps[i] }})
+	c.bot(0, c.player("left"), 1)
+	c.bot(1, c.player("right"), 2)
+	c.run(5 * time.Second)
+	c.net.Disconnect(c.eps[0], c.eps[1])
+	cut := c.clock.Now()
+	c.run(600 * time.Millisecond)
+	c.net.Connect(c.eps[0], c.eps[1])
+	c.runUntil(10*time.Second, "mirror 2 resynced", func() bool { return c.mirrors[1].Metrics().Resyncs > 0 })
+	t.Logf("mirror 2 resynced %v after the cut", c.clock.Now().Sub(cut))
+	for i, s := range c.mirrors {
+		st := s.Metrics()
+		if st.TSS["too_late"] == 0 || st.Mismatched == 0 {
+			t.Errorf("mirror %d: %d too late, %d mismatches: the cut did not make them diverge", i+1, st.TSS["too_late"], st.Mismatched)
+		}
+	}
+	if n := c.mirrors[0].Metrics().Resyncs; n != 0 {
+		t.Errorf("the authority resynced %d times; it is the reference", n)
+	}
+	// Both states of the mismatch are on disk and decode.
+	for i, dir := range dumps {
+		files, _ := filepath.Glob(filepath.Join(dir, "mismatches", "*.state"))
+		if len(files) == 0 {
+			t.Fatalf("mirror %d dumped no state", i+1)
+		}
+		b, err := os.ReadFile(files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := UnmarshalState(b, c.game); err != nil {
+			t.Fatalf("mirror %d's dump %s: %v", i+1, files[0], err)
+		}
+		t.Logf("mirror %d dumped %s", i+1, filepath.Base(files[0]))
+	}
+	// From the resync on they agree.
+	after := map[uint64]bool{}
+	for tick := range c.seen[1] {
+		after[tick] = true
+	}
+	for i := range c.seen {
+		clear(c.seen[i])
+	}
+	c.run(10 * time.Second)
+	n, bad := c.agreement()
+	if bad != "" || n < 8 {
+		t.Fatalf("after the resync: %d agreeing checkpoints; %s", n, bad)
+	}
+	logStats(t, c)
+}
+
+// TestAutoDelays: with AutoDelays each mirror re-tunes its inner delays
+// from the latencies it observes (tss.Retuner, ChooseDelays), keeps the
+// group's last delay, and the mirrors still agree.
+func TestAutoDelays(t *testing.T) {
+	start := []time.Duration{0, 400 * time.Millisecond, time.Second}
+	c := newCluster(t, clusterOpts{mirrors: 2, link: crimp.LinkParams{Delay: 10 * time.Millisecond, Jitter: 40 * time.Millisecond}, seed: 31,
+		delays: start, history: time.Second, fec: 2, tweak: func(_ int, cfg *Config) { cfg.AutoDelays = true }})
+	for i := range 4 {
+		c.bot(i%2, c.player(fmt.Sprintf("tuner%d", i)), uint64(i))
+	}
+	c.run(3 * time.Minute)
+	for i, s := range c.mirrors {
+		var delays []time.Duration
+		s.Inspect(func(_, _ *State) { delays = s.sync.Config().Delays })
+		st := s.Metrics()
+		t.Logf("mirror %d: delays %v after %d re-tunings; rollbacks %d", i+1, delays, st.TSS["reconfigured"], st.TSS["rollbacks"])
+		if st.TSS["reconfigured"] == 0 || slices.Equal(delays, start) {
+			t.Errorf("mirror %d never re-tuned its delays", i+1)
+		}
+		if delays[len(delays)-1] != start[len(start)-1] {
+			t.Errorf("mirror %d changed the group's last delay to %v", i+1, delays[len(delays)-1])
+		}
+	}
+	n, bad := c.agreement()
+	if bad != "" || n < 170 {
+		t.Fatalf("%d agreeing checkpoints; %s", n, bad)
+	}
 }
