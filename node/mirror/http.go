@@ -24,13 +24,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.Ready() {
-			reason := "no state yet"
-			switch {
-			case s.m.skewAlarm.Load():
-				reason = "clock skew to another mirror beyond MaxSkew"
-			case s.ctx.Err() != nil:
-				reason = "shutting down"
-			}
+			reason, _ := s.m.notReady.Load().(string)
 			http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
 			return
 		}

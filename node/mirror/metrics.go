@@ -64,6 +64,10 @@ type metrics struct {
 	ready                          atomic.Bool
 
 	skew func() map[string]PeerSkew
+	// confirmed returns the refusals the last state counted (they are part
+	// of the synchronized state, so every mirror counts them alike).
+	confirmed func() map[string]uint64
+	notReady  atomic.Value // string: why the mirror is not ready
 }
 
 func newMetrics() *metrics { return &metrics{refused: map[string]*atomic.Uint64{}} }
@@ -123,7 +127,13 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	for reason, n := range m.Refused() {
+	refused := m.Refused()
+	if m.confirmed != nil {
+		for reason, n := range m.confirmed() {
+			refused[reason] = n
+		}
+	}
+	for reason, n := range refused {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), reason)
 	}
 	counter := func(d *prometheus.Desc, v uint64) {

@@ -103,6 +103,8 @@ func New(cfg Config) (*Server, error) {
 		releases: map[crimp.MemberID]crimp.Timer{},
 	}
 	s.cps.init()
+	s.m.confirmed = s.confirmedRefusals
+	s.m.notReady.Store("starting")
 	s.m.skew = func() map[string]PeerSkew {
 		out := map[string]PeerSkew{}
 		for id, p := range s.skew.estimates() {
@@ -282,7 +284,32 @@ func (s *Server) updateReady() {
 		}
 	}
 	s.m.skewAlarm.Store(alarm)
-	s.m.ready.Store(!s.closed && s.sync != nil && s.joined && !s.resyncing && !alarm)
+	why := ""
+	switch {
+	case s.closed:
+		why = "shutting down"
+	case !s.joined:
+		why = "joining the mirror group"
+	case s.sync == nil:
+		why = "waiting for the state transfer"
+	case s.resyncing:
+		why = "resyncing from the authority"
+	case alarm:
+		why = "clock skew to another mirror beyond MaxSkew"
+	}
+	s.m.notReady.Store(why)
+	s.m.ready.Store(why == "")
+}
+
+// confirmedRefusals are the refusals of the last state (a scrape calls it).
+func (s *Server) confirmedRefusals() map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sync == nil {
+		return nil
+	}
+	r := s.sync.Last().refused
+	return map[string]uint64{refusedNotIngress: r[RefusedNotIngress], refusedNotAuthority: r[RefusedRelease]}
 }
 
 // Skew returns the measured clock offset to every other mirror.
@@ -799,13 +826,9 @@ func (s *Server) Metrics() Stats {
 	if s.member != nil {
 		st.CRIMP = s.member.Metrics().Counters()
 	}
-	s.mu.Lock()
-	if s.sync != nil {
-		last := s.sync.Last()
-		st.Refused[refusedNotIngress] = last.refused[RefusedNotIngress]
-		st.Refused[refusedNotAuthority] = last.refused[RefusedRelease]
+	for k, v := range s.confirmedRefusals() {
+		st.Refused[k] = v
 	}
-	s.mu.Unlock()
 	return st
 }
 
