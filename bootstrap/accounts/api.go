@@ -52,8 +52,10 @@ type Tokens struct {
 	RefreshExpiresAt time.Time `json:"refresh_expires_at"`
 }
 
-// SaveRequest is the body of PUT /v1/character. BaseVersion, if not 0,
-// must equal the stored version (409 otherwise).
+// SaveRequest is the body of PUT /v1/character. BaseVersion must equal
+// the stored version, 0 if none is stored yet (409 otherwise: nobody
+// overwrites a character unconditionally). The server also bounds what
+// the character may hold and gain (CharacterRules; 400 beyond).
 type SaveRequest struct {
 	Character   Character `json:"character"`
 	BaseVersion int64     `json:"base_version"`
@@ -144,6 +146,7 @@ const (
 	CodeConflict       = "conflict"         // 409: stale character version
 	CodeLeaseHeld      = "lease_held"       // 409
 	CodeLeaseLost      = "lease_lost"       // 409
+	CodeTooManyPeers   = "too_many_peers"   // 409: the account's peer cap
 	CodeTooLarge       = "body_too_large"   // 413
 	CodeUnsupportedMT  = "unsupported_media_type"
 	CodeRateLimited    = "rate_limited" // 429
@@ -193,6 +196,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeNotFound
 	case ErrRateLimited:
 		return e.Code == CodeRateLimited
+	case ErrTooManyPeers:
+		return e.Code == CodeTooManyPeers
 	case ErrTooLarge:
 		return e.Code == CodeTooLarge
 	case leases.ErrHeld:
@@ -214,7 +219,7 @@ func statusOf(code string) int {
 		return http.StatusForbidden
 	case CodeNotFound:
 		return http.StatusNotFound
-	case CodeNameTaken, CodeConflict, CodeLeaseHeld, CodeLeaseLost:
+	case CodeNameTaken, CodeConflict, CodeLeaseHeld, CodeLeaseLost, CodeTooManyPeers:
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge

@@ -94,11 +94,18 @@ func TestTokenExpiryAndRefresh(t *testing.T) {
 		if _, err := token.Verify(e.srv.PublicKey(), fresh.AccessToken, id, e.clock.Now()); err != nil {
 			t.Fatalf("refreshed token: %v", err)
 		}
-		// A refresh token works once.
+		// A refresh token works once; a second use means it was copied and
+		// ends the session: the tokens the first use brought die too.
 		if err := c.do(ctx, http.MethodPost, "/v1/refresh", "", RefreshRequest{RefreshToken: old.RefreshToken}, nil); !errors.Is(err, ErrUnauthorized) {
 			t.Fatalf("reused refresh token: got %v", err)
 		}
+		if err := c.do(ctx, http.MethodGet, "/v1/character", fresh.AccessToken, nil, nil); !errors.Is(err, ErrUnauthorized) {
+			t.Fatalf("token of a session ended by reuse: got %v", err)
+		}
 		// Logout ends the session: its tokens stop working on the server.
+		if fresh, err = c.Login(ctx, "carol", "password-carol", id); err != nil {
+			t.Fatal(err)
+		}
 		if err := c.Logout(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +224,7 @@ func TestCharacterRoundTrip(t *testing.T) {
 		if err != nil || fresh.Version != 0 {
 			t.Fatalf("new account's character: %+v %v", fresh, err)
 		}
-		ch := Character{Region: "3,4", X: -12345, Y: 1 << 40, Health: 87, Hunger: 41, Score: 1200, Experience: 99,
+		ch := Character{Region: "3,4", X: 12345, Y: 1 << 30, Health: 87, Hunger: 41, Score: 90, Experience: 15,
 			Inventory: []Item{{"food.apple", 3}, {"health_pack", 1}}}
 		v, err := c.SaveCharacter(ctx, ch)
 		if err != nil || v != 1 {
@@ -239,7 +246,7 @@ func TestCharacterRoundTrip(t *testing.T) {
 			t.Fatalf("restored %+v\nwant     %+v", got, want)
 		}
 		// Save on top of what was loaded: accepted.
-		got.Score = 1300
+		got.Score = 150
 		got.Inventory = nil
 		if v, err := c2.SaveCharacter(ctx, got); err != nil || v != 2 {
 			t.Fatalf("save on loaded version: %d %v", v, err)
@@ -250,13 +257,15 @@ func TestCharacterRoundTrip(t *testing.T) {
 			t.Fatalf("stale save: %v", err)
 		}
 		final, err := c.LoadCharacter(ctx)
-		if err != nil || final.Score != 1300 || len(final.Inventory) != 0 || final.Version != 2 {
+		if err != nil || final.Score != 150 || len(final.Inventory) != 0 || final.Version != 2 {
 			t.Fatalf("after stale save: %+v %v", final, err)
 		}
 		// Invalid characters are refused.
 		bad := []Character{
 			{Region: "x'; DROP TABLE characters;--"},
 			{Health: -1},
+			{Score: -1 << 63},
+			{X: -5},
 			{Inventory: []Item{{"b", 1}, {"a", 1}}},
 			{Inventory: []Item{{"a", 0}}},
 			{Inventory: []Item{{"A B", 1}}},
@@ -281,11 +290,11 @@ func TestSaveIsAtomic(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := Character{Region: "1,1", X: 5, Y: 6, Health: 100, Inventory: []Item{{"apple", 2}}}
-		if _, err := s.SaveCharacter(ctx, "acc1", before, 0, now); err != nil {
+		if _, err := s.SaveCharacter(ctx, "acc1", before, 0, now, nil); err != nil {
 			t.Fatal(err)
 		}
 		broken := Character{Region: "9,9", X: 1, Health: 1, Inventory: []Item{{"apple", 5}, {"pear", 0}}}
-		if _, err := s.SaveCharacter(ctx, "acc1", broken, 0, now); err == nil {
+		if _, err := s.SaveCharacter(ctx, "acc1", broken, 1, now, nil); err == nil {
 			t.Fatal("save with a refused item succeeded")
 		}
 		got, err := s.LoadCharacter(ctx, "acc1")
@@ -334,8 +343,9 @@ func TestChangePassword(t *testing.T) {
 func TestLoginRateLimits(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func() *Store) {
 		e := newTestEnv(t, open(), func(c *Config) {
-			c.LoginPerAccount = RateLimit{Every: 10 * time.Second, Burst: 3}
-			c.LoginPerSource = RateLimit{Every: time.Hour, Burst: 8}
+			c.Lockout = LockoutPolicy{SourceFree: 3, AccountFree: 100, FirstWait: 10 * time.Second,
+				MaxSourceWait: 10 * time.Second, MaxAccountWait: 10 * time.Second, ResetAfter: time.Hour}
+			c.LoginPerSource = RateLimit{Every: time.Hour, Burst: 9}
 		})
 		ctx := context.Background()
 		c := e.client
@@ -343,20 +353,21 @@ func TestLoginRateLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := newPeerID(t)
-		for i := range 3 {
+		for i := range 4 {
 			if _, err := c.Login(ctx, "judy", "guess", id); !errors.Is(err, ErrUnauthorized) {
 				t.Fatalf("guess %d: %v", i, err)
 			}
 		}
-		// The account's budget is spent: even the right password waits.
+		// Past the free guesses this address waits, even with the right
+		// password.
 		if _, err := c.Login(ctx, "judy", "password-judy", id); !errors.Is(err, ErrRateLimited) {
-			t.Fatalf("login after 3 failures: %v", err)
+			t.Fatalf("login after 4 failures: %v", err)
 		}
 		e.clock.Advance(10 * time.Second)
 		if _, err := c.Login(ctx, "judy", "password-judy", id); err != nil {
-			t.Fatalf("login after the refill: %v", err)
+			t.Fatalf("login after the wait: %v", err)
 		}
-		// 6 attempts (register included) used from this address so far; 2
+		// 7 attempts (register included) used from this address so far; 2
 		// more fit the burst.
 		for i := range 2 {
 			if _, err := c.Login(ctx, "other-name", "guess", id); !errors.Is(err, ErrUnauthorized) {

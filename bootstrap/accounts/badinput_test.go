@@ -42,6 +42,10 @@ func TestBadInput(t *testing.T) {
 			{"oversized body", "POST", "/v1/register", "", "", big, 413, CodeTooLarge},
 			{"oversized save", "PUT", "/v1/character", "", "Bearer " + good, `{"character":{"region":"` + strings.Repeat("1", 5000) + `"}}`, 413, CodeTooLarge},
 			{"form instead of JSON", "POST", "/v1/register", "application/x-www-form-urlencoded", "", `name=x`, 415, CodeUnsupportedMT},
+			// What a cross-site page can send without a preflight.
+			{"no content type", "POST", "/v1/login", "-", "", `{"name":"olga","password":"password-olga","peer_id":"12D3KooWGRUVh4ShuHuaC2Ne6tujCJbsbxJUUZDnyBbPzdRTPm9Q"}`, 415, CodeUnsupportedMT},
+			{"text/plain JSON", "POST", "/v1/register", "text/plain", "", `{"name":"peter","password":"12345678"}`, 415, CodeUnsupportedMT},
+			{"admin token without Bearer", "GET", "/v1/admin/sessions", "", testAdminToken, ``, 403, CodeForbidden},
 			{"SQL in register name", "POST", "/v1/register", "", "", `{"name":"robert'); DROP TABLE accounts;--","password":"12345678"}`, 400, CodeBadRequest},
 			{"SQL in login name", "POST", "/v1/login", "", "", `{"name":"' OR '1'='1","password":"' OR '1'='1","peer_id":"x"}`, 400, CodeBadRequest},
 			{"SQL-ish valid name, wrong password", "POST", "/v1/login", "", "", `{"name":"olga--","password":"x","peer_id":"12D3KooWGRUVh4ShuHuaC2Ne6tujCJbsbxJUUZDnyBbPzdRTPm9Q"}`, 401, CodeUnauthorized},
@@ -67,7 +71,11 @@ func TestBadInput(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if tc.ctype != "" {
+				switch tc.ctype {
+				case "": // the common case: JSON
+					req.Header.Set("Content-Type", "application/json")
+				case "-": // none at all
+				default:
 					req.Header.Set("Content-Type", tc.ctype)
 				}
 				if tc.auth != "" {

@@ -41,7 +41,62 @@ const (
 	MaxInventoryKinds = 256
 	maxItemKindLen    = 64
 	maxRegionLen      = 128
+	maxCoordinate     = 1<<31 - 1
 )
+
+// CharacterRules bound what a save may store and how much it may gain over
+// the stored character: a player's own peer saves its character, and the
+// server must not take its word for a score of 2^62. Gains are allowed at
+// most Burst plus one per Every of the time the saving session could have
+// played since the stored save (from the later of that save and the
+// session's login). Losses are the player's own business.
+type CharacterRules struct {
+	MaxHealth, MaxHunger, MaxExperience, MaxScore int64
+	ScoreGain, ExperienceGain                     RateLimit
+}
+
+// DefaultCharacterRules fit game.DefaultConfig: health and hunger 0..100,
+// skill (experience) up to 100; a score that rises by at most ten a second
+// (a meal every half second is two, a defeat ten) and skill by one a
+// second (one per defeat), with room for a burst.
+var DefaultCharacterRules = CharacterRules{
+	MaxHealth: 100, MaxHunger: 100, MaxExperience: 100, MaxScore: 1 << 40,
+	ScoreGain:      RateLimit{Every: 100 * time.Millisecond, Burst: 100},
+	ExperienceGain: RateLimit{Every: time.Second, Burst: 20},
+}
+
+// Validate checks the rules' values.
+func (r CharacterRules) Validate() error {
+	if r.MaxHealth < 1 || r.MaxHunger < 0 || r.MaxExperience < 1 || r.MaxScore < 1 ||
+		r.ScoreGain.Every <= 0 || r.ScoreGain.Burst < 0 || r.ExperienceGain.Every <= 0 || r.ExperienceGain.Burst < 0 {
+		return fmt.Errorf("character rules %+v: want positive maxima and gain periods, bursts >= 0", r)
+	}
+	return nil
+}
+
+// CheckSave says why next may not replace prev (Version 0: none stored)
+// when saved by a session that logged in at login, at now; nil if it may.
+func (r CharacterRules) CheckSave(prev, next Character, login, now time.Time) error {
+	if next.Health > r.MaxHealth || next.Hunger > r.MaxHunger || next.Experience > r.MaxExperience || next.Score > r.MaxScore {
+		return fmt.Errorf("health %d, hunger %d, experience %d, score %d: limits %d, %d, %d, %d",
+			next.Health, next.Hunger, next.Experience, next.Score, r.MaxHealth, r.MaxHunger, r.MaxExperience, r.MaxScore)
+	}
+	since := login
+	if prev.Version > 0 && prev.SavedAt.After(since) {
+		since = prev.SavedAt
+	}
+	played := max(now.Sub(since), 0)
+	gainAllowed := func(l RateLimit) int64 {
+		return int64(l.Burst) + int64(played/l.Every)
+	}
+	if gain, most := next.Score-prev.Score, gainAllowed(r.ScoreGain); gain > most {
+		return fmt.Errorf("score rises by %d in %s of play: at most %d", gain, played.Round(time.Millisecond), most)
+	}
+	if gain, most := next.Experience-prev.Experience, gainAllowed(r.ExperienceGain); gain > most {
+		return fmt.Errorf("experience rises by %d in %s of play: at most %d", gain, played.Round(time.Millisecond), most)
+	}
+	return nil
+}
 
 var (
 	kindPattern   = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
@@ -53,8 +108,11 @@ func (c Character) Validate() error {
 	if !regionPattern.MatchString(c.Region) {
 		return fmt.Errorf("region %q: want at most %d of A-Z a-z 0-9 _ . , : = -", c.Region, maxRegionLen)
 	}
-	if c.Health < 0 || c.Hunger < 0 || c.Experience < 0 {
-		return fmt.Errorf("health %d, hunger %d and experience %d must not be negative", c.Health, c.Hunger, c.Experience)
+	if c.Health < 0 || c.Hunger < 0 || c.Experience < 0 || c.Score < 0 {
+		return fmt.Errorf("health %d, hunger %d, experience %d and score %d must not be negative", c.Health, c.Hunger, c.Experience, c.Score)
+	}
+	if c.X < 0 || c.Y < 0 || c.X > maxCoordinate || c.Y > maxCoordinate {
+		return fmt.Errorf("position %d,%d: want 0..%d each", c.X, c.Y, int64(maxCoordinate))
 	}
 	if len(c.Inventory) > MaxInventoryKinds {
 		return fmt.Errorf("inventory has %d kinds, limit %d", len(c.Inventory), MaxInventoryKinds)

@@ -25,7 +25,7 @@
 //	POST /v1/logout          bearer, or {refresh_token} → 204
 //	POST /v1/tokens/verify   {token,peer_id}            → who; also sees logouts and disabling
 //	GET  /v1/character       bearer                     → Character (version 0: never saved)
-//	PUT  /v1/character       bearer {character,base_version} → {version}
+//	PUT  /v1/character       bearer {character,base_version} → {version} (base_version: the stored one, 0 = none)
 //	POST /v1/password        bearer {old_password,new_password} → 204, other sessions end
 //	POST /v1/leases/{region}/acquire|renew|release      bearer, {lease_id} for renew/release
 //	POST /v1/admin/accounts/{name}/disable|enable       admin bearer
@@ -63,8 +63,19 @@
 //
 // # Abuse limits
 //
-// Failed logins are limited per account, login and registration attempts per
-// source address (429 with Retry-After); bodies are bounded (413); JSON is
-// decoded strictly (400); passwords are hashed with argon2id and never
-// logged; hashing runs at most HashConcurrency at a time.
+// Failed password checks back off per (account, source address) and per
+// account, doubling the wait up to a maximum; the account-wide wait holds
+// back only addresses the account never logged in from, so a guesser
+// cannot lock the owner out (LockoutPolicy). Login and registration
+// attempts are limited per source address (429 with Retry-After). One
+// account holds live tokens for at most MaxPeersPerAccount peer IDs (409
+// too_many_peers). Saves are conditional on the stored version (0 only
+// creates) and bounded in what they may hold and gain (CharacterRules). A
+// refresh token presented twice ends its session. Bodies are accepted only
+// as application/json (415 otherwise: no cross-site form can post here),
+// bounded (413) and decoded strictly (400); admin calls need
+// "Authorization: Bearer". Ended sessions are deleted after
+// SessionRetention. Passwords are hashed with argon2id and never logged;
+// hashing runs at most HashConcurrency at a time. Every refusal is counted
+// in overworld_accounts_refusals_total{route,reason}.
 package accounts

@@ -69,6 +69,7 @@ func FuzzHandlers(f *testing.F) {
 		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodGet} {
 			req := httptest.NewRequest(method, path, bytes.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+string(bytes.ToValidUTF8(body[:min(len(body), 64)], nil)))
+			req.Header.Set("Content-Type", "application/json")
 			w := httptest.NewRecorder()
 			e.Handler().ServeHTTP(w, req)
 			if w.Code >= 500 {

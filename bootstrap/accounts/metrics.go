@@ -12,6 +12,9 @@ type metrics struct {
 	registrations *prometheus.CounterVec
 	saves         *prometheus.CounterVec
 	leaseOps      *prometheus.CounterVec
+	// refusals counts requests refused (4xx) by route and reason.
+	refusals        *prometheus.CounterVec
+	sessionsDeleted prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -41,8 +44,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "overworld_accounts_lease_operations_total",
 			Help: "Coordinator lease acquire, renew and release calls by result.",
 		}, []string{"op", "result"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "overworld_accounts_refusals_total",
+			Help: "Requests refused (4xx) by route and reason: lockouts, peer cap, out-of-bounds saves, reused refresh tokens, bad content types, admin calls without a bearer token, ...",
+		}, []string{"route", "reason"}),
+		sessionsDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "overworld_accounts_sessions_deleted_total",
+			Help: "Ended sessions deleted after the retention period.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.logins, m.registrations, m.saves, m.leaseOps} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.logins, m.registrations, m.saves, m.leaseOps, m.refusals, m.sessionsDeleted} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -15,7 +15,7 @@ type RateLimit struct {
 	Burst int
 }
 
-// limiters keeps one token bucket per key (account name or source
+// limiters keeps one token bucket per key (a source
 // address), forgetting keys idle long enough to be full again, and holding
 // at most maxKeys (beyond that, the oldest idle ones go first; a flood of
 // fresh keys cannot grow memory without bound).
@@ -85,11 +85,4 @@ func (l *limiters) Allow(key string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.entry(key, now).lim.AllowN(now, 1)
-}
-
-// Has reports whether key has a token at now without taking it.
-func (l *limiters) Has(key string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.entry(key, now).lim.TokensAt(now) >= 1
 }

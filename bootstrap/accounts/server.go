@@ -50,12 +50,27 @@ type Config struct {
 	HashConcurrency int
 	// MaxBodyBytes bounds request bodies. Default 64 KiB.
 	MaxBodyBytes int64
-	// LoginPerAccount limits failed logins and password changes per
-	// account name (default 5, then one per 12s); LoginPerSource limits
-	// login and register attempts per source address (default 20, then
-	// one per second).
-	LoginPerAccount RateLimit
-	LoginPerSource  RateLimit
+	// Lockout slows password guessing per account and per (account,
+	// source address) without letting a guesser lock the owner out
+	// (default DefaultLockoutPolicy). LoginPerSource limits login and
+	// register attempts per source address (default 20, then one per
+	// second).
+	Lockout        LockoutPolicy
+	LoginPerSource RateLimit
+	// MaxPeersPerAccount bounds the peer IDs one account may hold live
+	// tokens for at once (default 4): a login from another peer ID past
+	// it is refused (409 too_many_peers) until one of the others' tokens
+	// expires. One login must not become a swarm of identities near every
+	// region's key.
+	MaxPeersPerAccount int
+	// Characters bounds what a save may store and gain (default
+	// DefaultCharacterRules).
+	Characters CharacterRules
+	// SessionRetention is how long ended (expired or revoked) sessions are
+	// kept, for the admin and for recognising addresses the owner logged
+	// in from (default 7 days); CleanupEvery is how often Serve deletes
+	// older ones (default 10 minutes).
+	SessionRetention, CleanupEvery time.Duration
 	// Now is the server's clock. Default time.Now.
 	Now func() time.Time
 	// Logger; default slog.Default(). Passwords and tokens are never
@@ -95,8 +110,20 @@ func (c *Config) setDefaults() error {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 64 << 10
 	}
-	if c.LoginPerAccount == (RateLimit{}) {
-		c.LoginPerAccount = RateLimit{Every: 12 * time.Second, Burst: 5}
+	if c.Lockout == (LockoutPolicy{}) {
+		c.Lockout = DefaultLockoutPolicy
+	}
+	if c.MaxPeersPerAccount == 0 {
+		c.MaxPeersPerAccount = 4
+	}
+	if c.Characters == (CharacterRules{}) {
+		c.Characters = DefaultCharacterRules
+	}
+	if c.SessionRetention == 0 {
+		c.SessionRetention = 7 * 24 * time.Hour
+	}
+	if c.CleanupEvery == 0 {
+		c.CleanupEvery = 10 * time.Minute
 	}
 	if c.LoginPerSource == (RateLimit{}) {
 		c.LoginPerSource = RateLimit{Every: time.Second, Burst: 20}
@@ -119,13 +146,23 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("config: lease ttl %v below 10ms", c.LeaseTTL)
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("config: max body %d bytes below 1024", c.MaxBodyBytes)
-	case c.LoginPerAccount.Every <= 0 || c.LoginPerAccount.Burst < 1 || c.LoginPerSource.Every <= 0 || c.LoginPerSource.Burst < 1:
-		return fmt.Errorf("config: rate limits %+v / %+v need a positive period and burst", c.LoginPerAccount, c.LoginPerSource)
+	case c.LoginPerSource.Every <= 0 || c.LoginPerSource.Burst < 1:
+		return fmt.Errorf("config: per-source rate limit %+v needs a positive period and burst", c.LoginPerSource)
+	case c.MaxPeersPerAccount < 1:
+		return fmt.Errorf("config: max peers per account %d: want at least 1", c.MaxPeersPerAccount)
+	case c.SessionRetention < 0 || c.CleanupEvery <= 0:
+		return fmt.Errorf("config: session retention %v, cleanup every %v: want >= 0 and > 0", c.SessionRetention, c.CleanupEvery)
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
 		return fmt.Errorf("config: TLS needs both a certificate (%q) and a key (%q)", c.TLSCertFile, c.TLSKeyFile)
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		return errors.New("config: admin token shorter than 16 characters")
+	}
+	if err := c.Lockout.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := c.Characters.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	return nil
 }
@@ -133,13 +170,14 @@ func (c *Config) setDefaults() error {
 // Server is the account server: accounts, logins, characters and
 // coordinator leases over HTTP/JSON.
 type Server struct {
-	cfg        Config
-	store      *Store
-	pub        ed25519.PublicKey
-	log        *slog.Logger
-	hash       *hasher
-	perAccount *limiters
-	perSource  *limiters
+	cfg       Config
+	store     *Store
+	pub       ed25519.PublicKey
+	log       *slog.Logger
+	hash      *hasher
+	perSource *limiters
+	// guesses per (account, source) and per account; see LockoutPolicy.
+	sourceGuesses, accountGuesses *backoffs
 	// dummyHash is checked for unknown names so that a login for a name
 	// that does not exist costs as much as a wrong password.
 	dummyHash string
@@ -169,14 +207,17 @@ func New(cfg Config, store *Store) (*Server, error) {
 		return nil, fmt.Errorf("accounts server: %w", err)
 	}
 	s := &Server{
-		cfg:        cfg,
-		store:      store,
-		pub:        cfg.Key.Public().(ed25519.PublicKey),
-		log:        cfg.Logger,
-		hash:       h,
-		perAccount: newLimiters(cfg.LoginPerAccount, 100_000),
-		perSource:  newLimiters(cfg.LoginPerSource, 100_000),
-		metrics:    m,
+		cfg:       cfg,
+		store:     store,
+		pub:       cfg.Key.Public().(ed25519.PublicKey),
+		log:       cfg.Logger,
+		hash:      h,
+		perSource: newLimiters(cfg.LoginPerSource, 100_000),
+		sourceGuesses: newBackoffs(cfg.Lockout.SourceFree, cfg.Lockout.FirstWait, cfg.Lockout.MaxSourceWait,
+			cfg.Lockout.ResetAfter, 100_000),
+		accountGuesses: newBackoffs(cfg.Lockout.AccountFree, cfg.Lockout.FirstWait, cfg.Lockout.MaxAccountWait,
+			cfg.Lockout.ResetAfter, 100_000),
+		metrics: m,
 	}
 	s.dummyHash, err = h.Hash(context.Background(), "not a password anyone has")
 	if err != nil {
@@ -216,6 +257,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	s.ready.Store(true)
+	janitorDone := make(chan struct{})
+	janitorCtx, stopJanitor := context.WithCancel(ctx)
+	go func() {
+		defer close(janitorDone)
+		s.cleanLoop(janitorCtx)
+	}()
+	defer func() { stopJanitor(); <-janitorDone }()
 	s.log.Info("account server listening", "addr", ln.Addr().String(), "tls", s.cfg.TLSCertFile != "", "store", s.store.Dialect())
 	select {
 	case err := <-errc:
@@ -270,6 +318,15 @@ type httpError struct {
 	code string
 	msg  string
 	err  error // internal cause, logged, never sent
+	// reason labels the refusal in the metrics (default: the code).
+	reason string
+	// retryAfter, if set, is sent as Retry-After (default 5 s for 429).
+	retryAfter time.Duration
+}
+
+// refused is an API error with the reason it is counted under.
+func refused(reason, code, format string, args ...any) error {
+	return &httpError{code: code, msg: fmt.Sprintf(format, args...), reason: reason}
 }
 
 func (e *httpError) Error() string { return e.code + ": " + e.msg }
@@ -288,6 +345,7 @@ func (s *Server) instrument(route string, h func(http.ResponseWriter, *http.Requ
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		var reason string
 		defer func() {
 			if p := recover(); p != nil {
 				s.log.Error("handler panic", "route", route, "panic", p)
@@ -296,11 +354,15 @@ func (s *Server) instrument(route string, h func(http.ResponseWriter, *http.Requ
 				}
 			}
 			s.metrics.requests.WithLabelValues(route, strconv.Itoa(rw.status)).Inc()
+			if reason != "" {
+				s.metrics.refusals.WithLabelValues(route, reason).Inc()
+			}
 			s.metrics.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		}()
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if err := h(rw, r); err != nil {
+			reason = refusalReason(err)
 			s.writeError(rw, r, err)
 		}
 	})
@@ -338,9 +400,26 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var body ErrorBody
 	body.Error.Code, body.Error.Message = he.code, he.msg
 	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "5")
+		retry := 5 * time.Second
+		if he.retryAfter > 0 {
+			retry = he.retryAfter
+		}
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
 	}
 	writeJSON(w, status, body)
+}
+
+// refusalReason is the metric label of a refused request: the error's
+// reason, else its code; "" for server errors (counted as requests).
+func refusalReason(err error) string {
+	var he *httpError
+	if !errors.As(err, &he) || statusOf(he.code) >= 500 {
+		return ""
+	}
+	if he.reason != "" {
+		return he.reason
+	}
+	return he.code
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -349,14 +428,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// decodeBody decodes one JSON value from r's body into dst: bounded in
-// size, unknown fields refused, nothing after the value.
+// decodeBody decodes one JSON value from r's body into dst: sent as
+// application/json, bounded in size, unknown fields refused, nothing after
+// the value. The content type is required: a web page may send another
+// site a body without one (or as text/plain) without asking first, but
+// not as application/json, which needs a CORS preflight this server never
+// grants, so no page can make a visitor's browser log in, register or
+// save here.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			return apiErr(CodeUnsupportedMT, "content type %q: send application/json", truncate(ct, 60))
-		}
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return refused("no_content_type", CodeUnsupportedMT, "no content type: send application/json")
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return refused("wrong_content_type", CodeUnsupportedMT, "content type %q: send application/json", truncate(ct, 60))
 	}
 	return decodeJSON(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), dst)
 }
@@ -476,31 +562,49 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// checkPassword verifies name's password under the per-account limit:
-// only failures spend the account's budget, so an attacker cannot lock
-// out a player who knows the password for longer than the refill.
-func (s *Server) checkPassword(ctx context.Context, name, password string, now time.Time) (Account, error) {
+// checkPassword verifies name's password from source under the lockout
+// policy (see LockoutPolicy): the (account, source) backoff first, then,
+// for a source the account never logged in from, the account's. Every
+// failure counts on both; a success clears the source's.
+func (s *Server) checkPassword(ctx context.Context, name, password, source string, now time.Time) (Account, error) {
 	key := nameKey(name)
-	if !s.perAccount.Has(key, now) {
-		return Account{}, apiErr(CodeRateLimited, "too many failed attempts for this account; retry later")
+	pair := key + "\x00" + source
+	if wait := s.sourceGuesses.Wait(pair, now); wait > 0 {
+		return Account{}, &httpError{code: CodeRateLimited, reason: "locked_source", retryAfter: wait,
+			msg: fmt.Sprintf("too many failed attempts for this account from your address; retry in %s", wait.Round(time.Second))}
 	}
 	a, err := s.store.AccountByName(ctx, name)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		s.hash.Check(ctx, s.dummyHash, password)
-		s.perAccount.Allow(key, now)
-		return Account{}, apiErr(CodeUnauthorized, "wrong name or password")
-	case err != nil:
+	found := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Account{}, internalErr(err)
 	}
-	ok, err := s.hash.Check(ctx, a.PasswordHash, password)
-	if err != nil {
-		return Account{}, internalErr(fmt.Errorf("account %s: %w", a.ID, err))
+	if wait := s.accountGuesses.Wait(key, now); wait > 0 {
+		known := false
+		if found {
+			if known, err = s.store.KnownSource(ctx, a.ID, source); err != nil {
+				return Account{}, internalErr(err)
+			}
+		}
+		if !known {
+			return Account{}, &httpError{code: CodeRateLimited, reason: "locked_account", retryAfter: wait,
+				msg: fmt.Sprintf("too many failed attempts for this account; retry in %s, or from an address you logged in from before", wait.Round(time.Second))}
+		}
+	}
+	ok := false
+	if found {
+		if ok, err = s.hash.Check(ctx, a.PasswordHash, password); err != nil {
+			return Account{}, internalErr(fmt.Errorf("account %s: %w", a.ID, err))
+		}
+	} else {
+		// A name nobody has costs as much as a wrong password.
+		s.hash.Check(ctx, s.dummyHash, password)
 	}
 	if !ok {
-		s.perAccount.Allow(key, now)
-		return Account{}, apiErr(CodeUnauthorized, "wrong name or password")
+		s.sourceGuesses.Fail(pair, now)
+		s.accountGuesses.Fail(key, now)
+		return Account{}, refused("wrong_password", CodeUnauthorized, "wrong name or password")
 	}
+	s.sourceGuesses.Clear(pair)
 	if a.Disabled {
 		return Account{}, apiErr(CodeDisabled, "account %q is disabled", a.Name)
 	}
@@ -528,13 +632,13 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return apiErr(CodeBadRequest, "peer_id %q: %v", truncate(req.PeerID, 80), err)
 	}
-	a, err := s.checkPassword(r.Context(), req.Name, req.Password, now)
+	a, err := s.checkPassword(r.Context(), req.Name, req.Password, src, now)
 	if err != nil {
 		var he *httpError
 		if errors.As(err, &he) {
 			s.metrics.logins.WithLabelValues(he.code).Inc()
-			if he.code == CodeUnauthorized || he.code == CodeDisabled {
-				s.log.Info("login refused", "name", req.Name, "source", src, "code", he.code)
+			if he.code == CodeUnauthorized || he.code == CodeDisabled || he.code == CodeRateLimited {
+				s.log.Info("login refused", "name", req.Name, "source", src, "code", he.code, "reason", he.reason)
 			}
 		}
 		return err
@@ -542,7 +646,17 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) error {
 	refresh := newRefreshToken()
 	ss := Session{ID: randomID(), AccountID: a.ID, PeerID: pid.String(), RefreshHash: hashRefresh(refresh),
 		Source: src, Created: now, Expires: now.Add(s.cfg.RefreshTTL)}
-	if err := s.store.CreateSession(r.Context(), ss); err != nil {
+	// A token issued before liveSince has expired: its peer no longer
+	// counts against the account's cap.
+	liveSince := now.Add(-s.cfg.TokenTTL)
+	if err := s.store.CreateSessionCapped(r.Context(), ss, liveSince, s.cfg.MaxPeersPerAccount); err != nil {
+		if errors.Is(err, ErrTooManyPeers) {
+			s.metrics.logins.WithLabelValues(CodeTooManyPeers).Inc()
+			s.log.Info("login refused", "name", a.Name, "peer", pid, "source", src, "code", CodeTooManyPeers)
+			return refused(CodeTooManyPeers, CodeTooManyPeers,
+				"account %q is logged in on %d other peers (the limit): log out on one, or wait up to %s for its token to expire",
+				a.Name, s.cfg.MaxPeersPerAccount, s.cfg.TokenTTL)
+		}
 		return internalErr(err)
 	}
 	tokens, err := s.issue(a, ss, refresh, now)
@@ -590,6 +704,10 @@ func (s *Server) handleRefresh(w http.ResponseWriter, r *http.Request) error {
 	refresh := newRefreshToken()
 	expires := now.Add(s.cfg.RefreshTTL)
 	ss, err := s.store.RotateRefresh(r.Context(), hashRefresh(req.RefreshToken), hashRefresh(refresh), now, expires)
+	if errors.Is(err, ErrRefreshReused) {
+		s.log.Warn("refresh token used twice: session revoked", "session", ss.ID, "source", sourceOf(r))
+		return refused("refresh_reused", CodeUnauthorized, "refresh token already used: the session is ended; log in again")
+	}
 	if errors.Is(err, ErrNotFound) {
 		return apiErr(CodeUnauthorized, "refresh token unknown, used, expired or revoked; log in again")
 	}
@@ -616,6 +734,7 @@ func (s *Server) handleRefresh(w http.ResponseWriter, r *http.Request) error {
 type caller struct {
 	claims  token.Claims
 	account Account
+	session Session
 }
 
 // authenticate checks the bearer access token and that its session is
@@ -652,7 +771,7 @@ func (s *Server) authenticate(r *http.Request) (caller, error) {
 	if !ss.Active(now) {
 		return caller{}, apiErr(CodeUnauthorized, "session ended; log in again")
 	}
-	return caller{claims: c, account: a}, nil
+	return caller{claims: c, account: a, session: ss}, nil
 }
 
 func (s *Server) handleLogout(w http.ResponseWriter, r *http.Request) error {
@@ -676,6 +795,10 @@ func (s *Server) handleLogout(w http.ResponseWriter, r *http.Request) error {
 	// Rotating to a value nobody knows, then revoking, ends the session
 	// the refresh token names.
 	ss, err := s.store.RotateRefresh(r.Context(), hashRefresh(req.RefreshToken), hashRefresh(newRefreshToken()), now, now.Add(time.Microsecond))
+	if errors.Is(err, ErrRefreshReused) {
+		s.log.Warn("refresh token used twice: session revoked", "session", ss.ID, "source", sourceOf(r))
+		return refused("refresh_reused", CodeUnauthorized, "refresh token already used: the session is ended")
+	}
 	if errors.Is(err, ErrNotFound) {
 		return apiErr(CodeUnauthorized, "refresh token unknown, used, expired or revoked")
 	}
@@ -761,10 +884,23 @@ func (s *Server) handleSaveCharacter(w http.ResponseWriter, r *http.Request) err
 	if req.BaseVersion < 0 {
 		return apiErr(CodeBadRequest, "base_version %d is negative", req.BaseVersion)
 	}
-	v, err := s.store.SaveCharacter(r.Context(), c.account.ID, req.Character, req.BaseVersion, s.now())
+	now := s.now()
+	var outOfBounds error
+	v, err := s.store.SaveCharacter(r.Context(), c.account.ID, req.Character, req.BaseVersion, now, func(prev Character) error {
+		outOfBounds = s.cfg.Characters.CheckSave(prev, req.Character, c.session.Created, now)
+		return outOfBounds
+	})
+	if outOfBounds != nil {
+		s.metrics.saves.WithLabelValues("out_of_bounds").Inc()
+		s.log.Warn("character save refused", "account", c.account.ID, "peer", c.claims.Peer, "err", outOfBounds)
+		return refused("save_out_of_bounds", CodeBadRequest, "character: %v", outOfBounds)
+	}
 	if errors.Is(err, ErrConflict) {
 		s.metrics.saves.WithLabelValues("conflict").Inc()
-		return apiErr(CodeConflict, "%v", err)
+		if req.BaseVersion == 0 {
+			return refused("save_unconditional", CodeConflict, "%v: base_version 0 only creates a character; send the version you loaded", err)
+		}
+		return refused("save_conflict", CodeConflict, "%v", err)
 	}
 	if err != nil {
 		s.metrics.saves.WithLabelValues("error").Inc()
@@ -791,7 +927,7 @@ func (s *Server) handlePassword(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(CodeBadRequest, "old password longer than %d bytes", MaxPasswordLen)
 	}
 	now := s.now()
-	if _, err := s.checkPassword(r.Context(), c.account.Name, req.OldPassword, now); err != nil {
+	if _, err := s.checkPassword(r.Context(), c.account.Name, req.OldPassword, sourceOf(r), now); err != nil {
 		return err
 	}
 	hash, err := s.hash.Hash(r.Context(), req.NewPassword)
@@ -804,6 +940,37 @@ func (s *Server) handlePassword(w http.ResponseWriter, r *http.Request) error {
 	s.log.Info("password changed; other sessions revoked", "account", c.account.ID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// CleanSessions deletes the sessions that ended more than SessionRetention
+// ago (Serve does it every CleanupEvery) and returns how many went.
+func (s *Server) CleanSessions(ctx context.Context) (int64, error) {
+	n, err := s.store.DeleteEndedSessions(ctx, s.now().Add(-s.cfg.SessionRetention))
+	if err != nil {
+		return 0, err
+	}
+	s.metrics.sessionsDeleted.Add(float64(n))
+	return n, nil
+}
+
+// cleanLoop runs CleanSessions every CleanupEvery until ctx ends.
+func (s *Server) cleanLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.CleanupEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := s.CleanSessions(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("cleaning ended sessions failed", "err", err)
+			}
+		} else if n > 0 {
+			s.log.Info("ended sessions deleted", "count", n)
+		}
+	}
 }
 
 // leaseOp runs one lease rule on the region named in the path, as the
@@ -889,11 +1056,15 @@ func (s *Server) admin(r *http.Request) error {
 	if s.cfg.AdminToken == "" {
 		return apiErr(CodeForbidden, "admin API disabled (no admin token configured)")
 	}
-	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !bearer {
+		s.log.Warn("admin call refused: no bearer token", "source", sourceOf(r), "path", r.URL.Path)
+		return refused("admin_no_bearer", CodeForbidden, "admin credential required as \"Authorization: Bearer <token>\"")
+	}
 	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(s.cfg.AdminToken))
 	if subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
 		s.log.Warn("admin call refused", "source", sourceOf(r), "path", r.URL.Path)
-		return apiErr(CodeForbidden, "admin credential required")
+		return refused("admin_bad_token", CodeForbidden, "admin credential required")
 	}
 	return nil
 }

@@ -27,6 +27,12 @@ import (
 var (
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("conflict")
+	// ErrRefreshReused: a refresh token was presented a second time; its
+	// session is revoked.
+	ErrRefreshReused = errors.New("refresh token reused")
+	// ErrTooManyPeers: the account already has as many peers with live
+	// tokens as it may.
+	ErrTooManyPeers = errors.New("too many peers")
 )
 
 // Account is a stored account.
@@ -482,14 +488,32 @@ func (s *Store) SessionByID(ctx context.Context, id string) (Session, error) {
 
 // RotateRefresh swaps the refresh token of the session holding oldHash for
 // newHash, if that session is active at now, and returns the session as it
-// was. A refresh token works once: a second use of oldHash finds nothing.
+// was. A refresh token works once: the spent one is remembered while its
+// session lasts, and a second use of it revokes the session (someone
+// copied it; whichever of thief and owner comes second, both lose the
+// session) and fails with ErrRefreshReused. A token never issued, or of an
+// ended session, fails with ErrNotFound.
 func (s *Store) RotateRefresh(ctx context.Context, oldHash, newHash string, now, expires time.Time) (Session, error) {
 	var ss Session
+	reused := false
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		ss, err = scanSession(tx.QueryRowContext(ctx, s.q(`SELECT `+sessionColumns+` FROM sessions s JOIN accounts a ON a.id = s.account_id WHERE s.refresh_hash = ?`+s.dialect.forUpdate), oldHash))
 		if errors.Is(err, sql.ErrNoRows) {
-			return ErrNotFound
+			var sessionID string
+			err := tx.QueryRowContext(ctx, s.q(`SELECT session_id FROM spent_refresh_tokens WHERE refresh_hash = ?`), oldHash).Scan(&sessionID)
+			if errors.Is(err, sql.ErrNoRows) {
+				return ErrNotFound
+			}
+			if err != nil {
+				return err
+			}
+			ss.ID = sessionID
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE sessions SET revoked_us = ? WHERE id = ? AND revoked_us = 0`), micros(now), sessionID); err != nil {
+				return err
+			}
+			reused = true
+			return nil
 		}
 		if err != nil {
 			return err
@@ -499,10 +523,18 @@ func (s *Store) RotateRefresh(ctx context.Context, oldHash, newHash string, now,
 		}
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE sessions SET refresh_hash = ?, refreshed_us = ?, expires_us = ? WHERE id = ? AND refresh_hash = ?`),
 			newHash, micros(now), micros(expires), ss.ID, oldHash)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO spent_refresh_tokens (refresh_hash, session_id, spent_us) VALUES (?, ?, ?)`), oldHash, ss.ID, micros(now))
 		return err
 	})
 	if err != nil {
 		return Session{}, fmt.Errorf("rotate refresh token: %w", err)
+	}
+	if reused {
+		// Committed: the revocation stands although the call fails.
+		return ss, fmt.Errorf("rotate refresh token of session %s: %w", ss.ID, ErrRefreshReused)
 	}
 	return ss, nil
 }
@@ -584,23 +616,34 @@ func (s *Store) LoadCharacter(ctx context.Context, accountID string) (Character,
 }
 
 // SaveCharacter stores c for the account in one transaction and returns
-// the new version. If baseVersion is not 0 the stored version must equal
-// it (ErrConflict otherwise), so two clients of one account cannot
-// silently overwrite each other. A failure anywhere leaves the previous
-// character as it was.
-func (s *Store) SaveCharacter(ctx context.Context, accountID string, c Character, baseVersion int64, now time.Time) (int64, error) {
+// the new version. The stored version must equal baseVersion (ErrConflict
+// otherwise; 0 means "no character yet"), so two clients of one account
+// cannot silently overwrite each other and nobody overwrites
+// unconditionally. check, if not nil, sees the stored character (Version
+// 0 if none) inside the transaction and may refuse the save. A failure
+// anywhere leaves the previous character as it was.
+func (s *Store) SaveCharacter(ctx context.Context, accountID string, c Character, baseVersion int64, now time.Time, check func(prev Character) error) (int64, error) {
 	var version int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var current int64
-		err := tx.QueryRowContext(ctx, s.q(`SELECT version FROM characters WHERE account_id = ?`+s.dialect.forUpdate), accountID).Scan(&current)
+		var prev Character
+		var saved int64
+		err := tx.QueryRowContext(ctx, s.q(`SELECT region, x, y, health, hunger, score, experience, version, saved_us FROM characters WHERE account_id = ?`+s.dialect.forUpdate), accountID).
+			Scan(&prev.Region, &prev.X, &prev.Y, &prev.Health, &prev.Hunger, &prev.Score, &prev.Experience, &prev.Version, &saved)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			current = 0
+			prev = Character{}
 		case err != nil:
 			return err
 		}
-		if baseVersion != 0 && baseVersion != current {
+		prev.SavedAt = fromMicros(saved)
+		current := prev.Version
+		if baseVersion != current {
 			return fmt.Errorf("%w: saved version is %d, client based its save on %d", ErrConflict, current, baseVersion)
+		}
+		if check != nil {
+			if err := check(prev); err != nil {
+				return err
+			}
 		}
 		version = current + 1
 		if current == 0 {

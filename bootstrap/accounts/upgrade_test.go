@@ -54,7 +54,7 @@ func TestUpgradeKeepsCharacters(t *testing.T) {
 		t.Fatalf("upgraded character %+v", c)
 	}
 	c.Hunger = 70
-	if v, err := s.SaveCharacter(ctx, "a1", c, c.Version, time.Now()); err != nil || v != 4 {
+	if v, err := s.SaveCharacter(ctx, "a1", c, c.Version, time.Now(), nil); err != nil || v != 4 {
 		t.Fatalf("save after upgrade: %d %v", v, err)
 	}
 	if c, err = s.LoadCharacter(ctx, "a1"); err != nil || c.Hunger != 70 {

@@ -34,6 +34,7 @@ prints the public key that peers verify tokens with. The store is SQLite in
 		tlsKey := fs.String("tls-key", "", "TLS private key file")
 		tokenTTL := fs.Duration("token-ttl", 15*time.Minute, "lifetime of access tokens")
 		leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "lifetime of coordinator leases (holders renew every third)")
+		maxPeers := fs.Int("max-peers-per-account", 4, "peer IDs one account may hold live tokens for at once")
 		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 		if err := parseFlags(fs, args); err != nil {
 			return err
@@ -59,7 +60,7 @@ prints the public key that peers verify tokens with. The store is SQLite in
 		}
 		defer store.Close()
 		srv, err := accounts.New(accounts.Config{
-			Key: key, AdminToken: admin, TokenTTL: *tokenTTL, LeaseTTL: *leaseTTL,
+			Key: key, AdminToken: admin, TokenTTL: *tokenTTL, LeaseTTL: *leaseTTL, MaxPeersPerAccount: *maxPeers,
 			TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, Logger: log, Registry: newProcessRegistry(),
 		}, store)
 		if err != nil {

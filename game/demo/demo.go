@@ -18,7 +18,9 @@ package demo
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -63,6 +65,9 @@ type Config struct {
 	NoAccounts bool
 	// PositionInterval is the gap between position updates (default 200 ms).
 	PositionInterval time.Duration
+	// SaveEvery is the gap between two saves of each character (default
+	// play's, 30 s).
+	SaveEvery time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 }
@@ -77,13 +82,15 @@ type Demo struct {
 	// AccountsURL is the embedded account server ("" with NoAccounts).
 	AccountsURL string
 
-	cfg   Config
-	log   *slog.Logger
-	tmp   string
-	boot  *bootstrap.Node
-	store *accounts.Store
-	mu    sync.Mutex
-	nodes []*node.Node
+	cfg Config
+	log *slog.Logger
+	tmp string
+	// passwordKey derives the players' account passwords (see password).
+	passwordKey []byte
+	boot        *bootstrap.Node
+	store       *accounts.Store
+	mu          sync.Mutex
+	nodes       []*node.Node
 	// Players run under ctx, the web page and the account server under
 	// svcCtx, so that Close stops the players (who save their characters)
 	// before the account server.
@@ -184,6 +191,11 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 		d.cfg.DataDir = d.tmp
 	}
 
+	if !cfg.NoAccounts {
+		if d.passwordKey, err = loadPasswordKey(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	d.boot, err = bootstrap.Start(ctx, bootstrap.Config{
 		KeyFile: filepath.Join(cfg.DataDir, "bootstrap.key"), ListenAddrs: []ma.Multiaddr{loopback},
 		Logger: d.log.With("node", "bootstrap"),
@@ -332,9 +344,10 @@ func (d *Demo) startPeer(ctx context.Context, i int, pc play.Config, start game.
 	pc.PositionInterval = d.cfg.PositionInterval
 	pc.CardInterval = 3 * time.Second
 	pc.RegionEvery = 400 * time.Millisecond
+	pc.SaveEvery = d.cfg.SaveEvery
 	pc.Logger = log
 	if d.AccountsURL != "" {
-		pc.Account = &play.Account{URL: d.AccountsURL, User: pc.Name, Password: randomPassword(), Register: true}
+		pc.Account = &play.Account{URL: d.AccountsURL, User: pc.Name, Password: d.password(pc.Name), Register: true}
 	}
 	p, err := play.New(ctx, n, pc)
 	if err != nil {
@@ -357,10 +370,36 @@ func (d *Demo) addNode(n *node.Node) {
 	d.nodes = append(d.nodes, n)
 }
 
-func randomPassword() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// password is the demo account password of player name: derived from a
+// random key kept in the data dir, so that a demo started again on the
+// same data dir logs its players in to the characters they saved, and
+// nobody without the data dir knows them.
+func (d *Demo) password(name string) string {
+	mac := hmac.New(sha256.New, d.passwordKey)
+	mac.Write([]byte(name))
+	return hex.EncodeToString(mac.Sum(nil)[:16])
+}
+
+// loadPasswordKey reads the data dir's password key, creating it (0600)
+// on first use.
+func loadPasswordKey(dir string) ([]byte, error) {
+	path := filepath.Join(dir, "demo-passwords.key")
+	if b, err := os.ReadFile(path); err == nil && len(b) == 32 {
+		return b, nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("demo: password key: %w", err)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("demo: password key: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("demo: password key: %w", err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, fmt.Errorf("demo: password key: %w", err)
+	}
+	return b, nil
 }
 
 // Err reports a failure of the web server, if any.

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,27 +21,13 @@ import (
 // character.
 func (p *Peer) login(ctx context.Context) error {
 	a := p.cfg.Account
-	hc := a.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second}
-	}
+	cl, hc, name, err := Login(ctx, *a, p.h.ID())
 	p.httpc = hc
-	cl, err := accounts.NewClient(a.URL, accounts.WithHTTPClient(hc))
-	if err != nil {
-		return fmt.Errorf("play: account server: %w", err)
-	}
-	_, err = cl.Login(ctx, a.User, a.Password, p.h.ID())
-	if err != nil && a.Register && errors.Is(err, accounts.ErrUnauthorized) {
-		if _, rerr := cl.Register(ctx, a.User, a.Password); rerr == nil {
-			_, err = cl.Login(ctx, a.User, a.Password, p.h.ID())
-		} else if !errors.Is(rerr, accounts.ErrNameTaken) {
-			err = rerr
-		}
-	}
 	if err != nil {
 		return fmt.Errorf("play: %w", err)
 	}
 	p.acct = cl
+	p.cfg.Name = name
 	ch, err := cl.LoadCharacter(ctx)
 	if err != nil {
 		return fmt.Errorf("play: %w", err)
@@ -86,7 +72,15 @@ func (p *Peer) Save(ctx context.Context) error {
 	return p.save(ctx)
 }
 
+// save stores the character's current state, one save at a time, based on
+// the version the last save (or the login) left. A save whose answer never
+// came back (a timeout, a dropped connection) may still have been stored;
+// the next save that the server refuses as based on an old version then
+// loads the stored character, and if it is one of those saves, goes on
+// from its version: a peer's saves never conflict with each other.
 func (p *Peer) save(ctx context.Context) error {
+	p.saveMu.Lock()
+	defer p.saveMu.Unlock()
 	p.mu.Lock()
 	self := p.av.Player()
 	ch := p.character
@@ -96,14 +90,85 @@ func (p *Peer) save(ctx context.Context) error {
 	ch.Score, ch.Experience = int64(self.Score), int64(self.Skill)
 	p.mu.Unlock()
 	v, err := p.acct.SaveCharacter(ctx, ch)
+	if errors.Is(err, accounts.ErrConflict) && len(p.unacked) > 0 {
+		stored, lerr := p.acct.LoadCharacter(ctx)
+		if lerr == nil && p.storedUnacked(stored) {
+			p.log.Info("a save whose answer was lost had been stored; going on from it", "version", stored.Version)
+			ch.Version = stored.Version
+			v, err = p.acct.SaveCharacter(ctx, ch)
+		}
+	}
 	if err != nil {
+		var api *accounts.APIError
+		if !errors.As(err, &api) {
+			if len(p.unacked) == maxUnacked {
+				p.unacked = p.unacked[1:]
+			}
+			p.unacked = append(p.unacked, ch)
+		}
 		return err
 	}
+	p.unacked = p.unacked[:0]
 	p.mu.Lock()
 	ch.Version = v
 	p.character = ch
 	p.mu.Unlock()
 	return nil
+}
+
+// maxUnacked bounds the saves without an answer a peer remembers.
+const maxUnacked = 8
+
+// storedUnacked reports whether the stored character is one of the saves
+// that got no answer, stored on top of the version it was based on.
+func (p *Peer) storedUnacked(stored accounts.Character) bool {
+	for _, u := range p.unacked {
+		if stored.Version == u.Version+1 && sameCharacter(stored, u) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameCharacter reports whether two characters hold the same state
+// (versions and save times aside).
+func sameCharacter(a, b accounts.Character) bool {
+	return a.Region == b.Region && a.X == b.X && a.Y == b.Y && a.Health == b.Health && a.Hunger == b.Hunger &&
+		a.Score == b.Score && a.Experience == b.Experience && slices.Equal(a.Inventory, b.Inventory)
+}
+
+// saveOnExit saves the character once the peer has stopped, retrying
+// what may pass on a second try (no answer, a busy or failing server)
+// until budget runs out: the state at Ctrl-C is the one to keep.
+func (p *Peer) saveOnExit(budget time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	wait := 250 * time.Millisecond
+	for {
+		err := p.save(ctx)
+		if err == nil || !retryableSave(err) {
+			return err
+		}
+		p.log.Info("saving the character on exit: trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 4*time.Second)
+	}
+}
+
+// retryableSave reports whether a failed save may pass if sent again: it
+// got no answer, or the server was busy or failing. A refusal (a conflict
+// with another session's save, a bad or out-of-bounds character, a lost
+// login) stays one.
+func retryableSave(err error) bool {
+	var api *accounts.APIError
+	if !errors.As(err, &api) {
+		return true
+	}
+	return api.Status >= 500 || errors.Is(err, accounts.ErrRateLimited)
 }
 
 func (p *Peer) saveLoop() {
@@ -123,7 +188,10 @@ func (p *Peer) saveLoop() {
 		case <-p.ctx.Done():
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+			// Not cancelled when the peer stops: a save cut off in flight
+			// may be stored without its answer, and the save on exit waits
+			// for this one anyway.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 10*time.Second)
 			if err := p.save(ctx); err != nil && p.ctx.Err() == nil {
 				p.log.Warn("saving the character failed", "err", err)
 			}

@@ -19,9 +19,12 @@
 //     the version read; the coordinator lets exactly one of two racing
 //     players commit, and the loser sees the current value. See objects.go.
 //   - Fights are direct streams between the two players (FightProtocol);
-//     both compute game.FightOutcome and compare. See fight.go.
+//     both compute game.FightOutcome from the two players' public cards
+//     (never from stats the other side declares) and compare. See fight.go.
 //   - Chat lines and player cards (name, bars) go on a chat topic per region;
-//     whispers on a direct stream (WhisperProtocol). See social.go.
+//     whispers on a direct stream (WhisperProtocol). With an account, the
+//     names shown and whispered to are the names on the players' login
+//     tokens. See social.go.
 //   - With an Account, the peer logs in on the account server with a token
 //     bound to its peer ID and hands the region service a regions/guard.Guard:
 //     it presents its token to region coordinators, demands everyone else's,
@@ -31,7 +34,8 @@
 //     its own, and the validators drop the messages of players without a
 //     valid token for their peer ID (position.WithAdmission, social.go).
 //     Without an account the topics are open. It restores the saved
-//     character and saves it periodically and on exit.
+//     character and saves it periodically and on exit, one save at a time,
+//     recognising a save whose answer was lost (account.go).
 //
 // Run owns every goroutine the peer starts and stops them when its context
 // ends; the node is the caller's.

@@ -14,9 +14,11 @@ import (
 )
 
 // TestDuelPieces runs fights over FightProtocol between two mocknet hosts
-// with the exported halves of the protocol: both sides compute the same
-// outcome, a stale counter is refused with its reason, and the defender's
-// real state wins over the attacker's guess.
+// with the exported halves of the protocol: with the same view of each
+// other both sides compute the same outcome; the defender fights the
+// attacker as it saw it, whatever the attack declares, and a stale view
+// is told apart from a mismatch; a stale counter is refused with its
+// reason.
 func TestDuelPieces(t *testing.T) {
 	mn, err := mocknet.FullMeshConnected(2)
 	if err != nil {
@@ -27,8 +29,10 @@ func TestDuelPieces(t *testing.T) {
 	attacker, defender := hs[0], hs[1]
 	aID, dID := game.PlayerID(attacker.ID().String()), game.PlayerID(defender.ID().String())
 	defState := game.Fighter{Skill: 14, Health: 70}
+	me := game.Fighter{Skill: 10, Health: 100}
 	var last uint64
 	seenAny := false
+	records := make(chan FightRecord, 8)
 	defender.SetStreamHandler(protocol.ID(FightProtocol), func(s network.Stream) {
 		defer s.Close()
 		a, err := ReadAttack(s)
@@ -41,29 +45,46 @@ func TestDuelPieces(t *testing.T) {
 			return
 		}
 		seenAny, last = true, a.Counter
-		out, rec := DefendAttack(aID, dID, a, defState)
-		if rec.Mismatch {
-			t.Errorf("defender found a mismatch: %+v", rec)
-		}
+		// The defender knows the attacker from its card: me.
+		out, rec := DefendAttack(aID, dID, a, me, defState)
+		records <- rec
 		_ = WriteOutcome(s, out)
 	})
-	me := game.Fighter{Skill: 10, Health: 100}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for counter := range uint64(3) {
-		// The attacker guesses a fresh defender; the defender's answer
-		// carries its real state, from which the attacker recomputes.
-		out, err := SendAttack(ctx, attacker, defender.ID(), NewAttack(aID, dID, counter, me, game.Fighter{Skill: 10, Health: game.MaxHealth}))
+	fight := func(counter uint64, declared, seen game.Fighter) FightRecord {
+		t.Helper()
+		out, err := SendAttack(ctx, attacker, defender.ID(), NewAttack(aID, dID, counter, declared, seen))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !out.Accepted {
 			t.Fatalf("fight %d refused: %s", counter, out.Refusal)
 		}
-		rec := SettleAttack(aID, dID, counter, me, out)
-		if rec.Mismatch || rec.Mine != game.FightOutcome(aID, dID, counter, me, defState) {
-			t.Fatalf("fight %d: attacker's %+v, defender's %+v", counter, rec.Mine, rec.Theirs)
+		return SettleAttack(aID, dID, counter, declared, seen, out)
+	}
+	// Same view: agreement.
+	for counter := range uint64(3) {
+		rec := fight(counter, me, defState)
+		def := <-records
+		want := game.FightOutcome(aID, dID, counter, me, defState)
+		if rec.Mismatch || rec.Stale || rec.Mine != want || def.Mismatch || def.Stale || def.Mine != want {
+			t.Fatalf("fight %d: attacker %+v, defender %+v, want %+v", counter, rec, def, want)
 		}
+	}
+	// The attacker has not seen the defender's latest card: stale, no
+	// blame; each side used its own view.
+	rec := fight(3, me, game.Fighter{Skill: 10, Health: game.MaxHealth})
+	def := <-records
+	if !rec.Stale || rec.Mismatch || !def.Stale || def.Mismatch {
+		t.Fatalf("stale view: attacker %+v, defender %+v", rec, def)
+	}
+	// The attacker declares itself a master: the defender fights it as
+	// its card shows it.
+	rec = fight(4, game.Fighter{Skill: game.MaxSkill, Health: game.MaxHealth}, defState)
+	def = <-records
+	if want := game.FightOutcome(aID, dID, 4, me, defState); def.Mine != want {
+		t.Fatalf("defender used the declared state: %+v, want %+v", def.Mine, want)
 	}
 	out, err := SendAttack(ctx, attacker, defender.ID(), NewAttack(aID, dID, 1, me, defState))
 	if err != nil {

@@ -1,7 +1,6 @@
 package play
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,24 +8,29 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play/playpb"
 	"github.com/overworld-p2p/overworld/game/webui"
+	"github.com/overworld-p2p/overworld/regions/guard"
 )
 
 // A fight is settled by the two players alone, over a direct stream
-// (FightProtocol). The attacker picks the counter (its own fight count),
-// computes game.FightOutcome with its state and the defender's as its card
-// last said, and sends all of it. The defender checks the attack (alive,
-// attacker seen within fight range, counter fresh, not faster than the
-// cooldown), computes the outcome with its real state, applies its own
-// damage and answers with its state and result. The attacker recomputes
-// with the defender's stated state and compares; either side that finds
-// the two computations disagree for the same inputs reports a mismatch
-// (metric, log, chat notice). Each side applies the damage to itself: each
-// peer is the authority over its own player.
+// (FightProtocol). Each side computes game.FightOutcome from the two
+// fighters' states as the public record gives them: its own as its last
+// card published it, the other's as the other's card last reached it —
+// never the state the other side declares in the fight, which a hostile
+// player would make up. The attacker picks the counter (its own fight
+// count) and sends its inputs and result. The defender checks the
+// attacker's login token, then the attack (alive, attacker seen within
+// fight range and its card known, counter fresh, not faster than the
+// cooldown), computes, applies its own damage and answers with its inputs
+// and result. Each side applies the damage to itself (each peer is the
+// authority over its own player). When the two used the same inputs their
+// results must agree; either side that finds otherwise reports a mismatch
+// (metric, log, chat notice), and the defender's answer carries its
+// finding, so both sides flag it. When the inputs differ (a card was in
+// flight) the fight counts as stale and nothing is compared.
 
 // FightRecord is one fight as this peer saw it.
 type FightRecord struct {
@@ -34,13 +38,23 @@ type FightRecord struct {
 	Counter            uint64
 	// Mine is this peer's computation, Theirs the other side's.
 	Mine, Theirs game.FightResult
-	Mismatch     bool
+	// Mismatch: the two sides used the same inputs and computed different
+	// results (a bug, another build, or a cheat). Stale: they used
+	// different inputs (a card was in flight), so nothing was compared.
+	Mismatch, Stale bool
 	// DefenderDied reports that the attack was fatal.
 	DefenderDied bool
 }
 
 // maxFights is how many fight records a peer keeps.
 const maxFights = 32
+
+// The defender remembers each attacker's last fight (for the counter and
+// cooldown checks) for attackerMemory, and at most maxAttackers of them.
+const (
+	attackerMemory = 2 * time.Minute
+	maxAttackers   = 1024
+)
 
 // attackSeen is the last accepted attack from one attacker.
 type attackSeen struct {
@@ -95,7 +109,10 @@ func (p *Peer) Attack(ctx context.Context, target game.PlayerID) (FightRecord, e
 // attack runs the attacker's side of one fight.
 func (p *Peer) attack(ctx context.Context, target other, counter uint64) (rec FightRecord, err error) {
 	p.mu.Lock()
-	me := p.av.Fighter()
+	rule := p.rule
+	me := p.publicSelfLocked()
+	// A player whose card has not arrived is taken for a fresh one, as
+	// the page shows it.
 	seen := game.Fighter{Skill: 10, Health: game.MaxHealth}
 	if c := p.cards[target.id]; c != nil {
 		seen = game.Fighter{Skill: c.Skill, Health: c.Health}
@@ -111,23 +128,17 @@ func (p *Peer) attack(ctx context.Context, target other, counter uint64) (rec Fi
 		p.mu.Unlock()
 	}()
 
-	rec = FightRecord{Attacker: p.id, Defender: game.PlayerID(target.id.String()), Counter: counter}
-	guess := game.FightOutcome(rec.Attacker, rec.Defender, counter, me, seen)
-	out, err := SendAttack(ctx, p.h, target.id, &playpb.Attack{
-		Counter: counter, Attacker: fighterOf(me), DefenderSeen: fighterOf(seen), Result: resultOf(guess),
-	})
+	attacker, defender := p.id, game.PlayerID(target.id.String())
+	out, err := SendAttack(ctx, p.h, target.id, newAttackWith(rule, attacker, defender, counter, me, seen))
 	if err != nil {
 		p.metrics.fights.WithLabelValues("attacker", "failed").Inc()
-		return rec, err
+		return FightRecord{Attacker: attacker, Defender: defender, Counter: counter}, err
 	}
 	if !out.Accepted {
 		p.metrics.fights.WithLabelValues("attacker", "refused").Inc()
-		return rec, fmt.Errorf("%w: %s", ErrRefused, out.Refusal)
+		return FightRecord{Attacker: attacker, Defender: defender, Counter: counter}, fmt.Errorf("%w: %s", ErrRefused, out.Refusal)
 	}
-	rec.Mine = game.FightOutcome(rec.Attacker, rec.Defender, counter, me, fighterFrom(out.Defender))
-	rec.Theirs = resultFrom(out.Result)
-	rec.Mismatch = rec.Mine != rec.Theirs || out.Mismatch
-	rec.DefenderDied = out.DefenderDied
+	rec = settleWith(rule, attacker, defender, counter, me, seen, out)
 
 	p.mu.Lock()
 	switch {
@@ -148,11 +159,34 @@ func (p *Peer) attack(ctx context.Context, target other, counter uint64) (rec Fi
 	}
 	p.recordFight(rec)
 	p.mu.Unlock()
-	p.metrics.fights.WithLabelValues("attacker", "fought").Inc()
+	p.countFight("attacker", rec)
 	if rec.Mismatch {
 		p.reportMismatch(rec, name)
 	}
 	return rec, nil
+}
+
+// countFight counts a fought fight under the role and how the two sides'
+// computations compared.
+func (p *Peer) countFight(role string, rec FightRecord) {
+	result := "fought"
+	switch {
+	case rec.Mismatch:
+		result = "mismatch"
+	case rec.Stale:
+		result = "stale"
+	}
+	p.metrics.fights.WithLabelValues(role, result).Inc()
+}
+
+// publicSelfLocked is the player's fight state as its last card published
+// it (what every other player sees), or its real state before the first
+// card. Caller holds p.mu.
+func (p *Peer) publicSelfLocked() game.Fighter {
+	if p.cardSeq == 0 || p.lastCardT.IsZero() {
+		return p.av.Fighter()
+	}
+	return game.Fighter{Skill: p.lastCard.Skill, Health: p.lastCard.Health}
 }
 
 // handleFight is the defender's side.
@@ -160,13 +194,16 @@ func (p *Peer) handleFight(s network.Stream) {
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(5 * time.Second))
 	from := s.Conn().RemotePeer()
-	b, err := readFrame(bufio.NewReader(s), MaxFightMessageBytes)
-	var a *playpb.Attack
-	if err == nil {
-		a, err = DecodeAttack(b)
+	if reason := p.admitStream(from); reason != "" {
+		// Nothing is read from a peer without a login: not even the
+		// frame its length prefix announces.
+		p.metrics.fightRefusals.WithLabelValues(reason).Inc()
+		s.Reset()
+		return
 	}
+	a, err := ReadAttack(s)
 	if err != nil {
-		p.metrics.fights.WithLabelValues("defender", "malformed").Inc()
+		p.metrics.fightRefusals.WithLabelValues("malformed").Inc()
 		p.log.Debug("bad attack", "from", from, "err", err)
 		s.Reset()
 		return
@@ -189,12 +226,32 @@ func (p *Peer) handleFight(s network.Stream) {
 	}
 }
 
+// admitStream is "" if the peer at the other end of a direct stream may be
+// heard (with an account: it holds a valid login token for its peer ID),
+// else the reason it may not. It waits a little for a token being fetched.
+func (p *Peer) admitStream(from peer.ID) string {
+	if p.admit == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	switch p.admit.Wait(ctx, from) {
+	case guard.Admitted:
+		return ""
+	case guard.Refused:
+		return "bad_token"
+	default:
+		return "token_pending"
+	}
+}
+
 // defend decides an attack and applies it. Caller holds p.mu.
 func (p *Peer) defend(from peer.ID, a *playpb.Attack, attackerPos *game.Vec, now time.Time) (*playpb.Outcome, FightRecord, string) {
 	name := p.nameOf(from)
-	refuse := func(why string) (*playpb.Outcome, FightRecord, string) {
+	refuse := func(reason, why string) (*playpb.Outcome, FightRecord, string) {
 		p.metrics.fights.WithLabelValues("defender", "refused").Inc()
-		return &playpb.Outcome{Refusal: why}, FightRecord{}, name
+		p.metrics.fightRefusals.WithLabelValues(reason).Inc()
+		return RefuseAttack(why), FightRecord{}, name
 	}
 	self := p.av.Player()
 	// Positions are a position interval or two old and dead-reckoned: allow
@@ -203,45 +260,69 @@ func (p *Peer) defend(from peer.ID, a *playpb.Attack, attackerPos *game.Vec, now
 	limit := int64(p.cfg.Game.FightRangeUnits+slack) * int64(p.cfg.Game.FightRangeUnits+slack)
 	last, known := p.attackers[from]
 	minGap := time.Duration(p.cfg.Game.ActionCooldownTicks) * time.Second / time.Duration(p.cfg.Game.TickRate) / 2
+	card := p.cards[from]
 	switch {
 	case !self.Alive:
-		return refuse("the defender is down")
+		return refuse("defender_down", "the defender is down")
 	case attackerPos == nil:
-		return refuse("the attacker is not in sight")
+		return refuse("attacker_unseen", "the attacker is not in sight")
 	case game.DistSq(self.Pos, *attackerPos) > limit:
-		return refuse("out of range")
+		return refuse("out_of_range", "out of range")
+	case card == nil:
+		// The defender fights the attacker as it publicly is, never as
+		// the attack says it is; without its card there is nothing to go
+		// by.
+		return refuse("attacker_card_unseen", "the attacker's card has not reached the defender yet")
 	case known && a.Counter <= last.counter:
-		return refuse(fmt.Sprintf("fight counter %d is not after %d", a.Counter, last.counter))
+		return refuse("stale_counter", fmt.Sprintf("fight counter %d is not after %d", a.Counter, last.counter))
 	case known && now.Sub(last.at) < minGap:
-		return refuse("attacking faster than the cooldown")
+		return refuse("too_fast", "attacking faster than the cooldown")
 	}
-	p.attackers[from] = attackSeen{counter: a.Counter, at: now}
-	mine := p.av.Fighter()
-	rec := FightRecord{Attacker: game.PlayerID(from.String()), Defender: p.id, Counter: a.Counter}
-	rec.Mine = game.FightOutcome(rec.Attacker, rec.Defender, a.Counter, fighterFrom(a.Attacker), mine)
-	rec.Theirs = resultFrom(a.Result)
-	// The attacker's own result counts only if it used the defender's
-	// real state; a stale card legitimately gives another result.
-	if proto.Equal(a.DefenderSeen, fighterOf(mine)) {
-		rec.Mismatch = rec.Mine != rec.Theirs
-	} else {
-		rec.Theirs = rec.Mine
-	}
+	p.rememberAttackerLocked(from, attackSeen{counter: a.Counter, at: now})
+	attackerSeen := game.Fighter{Skill: card.Skill, Health: card.Health}
+	out, rec := defendWith(p.rule, game.PlayerID(from.String()), p.id, a, attackerSeen, p.publicSelfLocked())
 	if rec.Mine.Hit {
 		p.notice("event", "", fmt.Sprintf("%s hit you for %d.", name, rec.Mine.DefenderDamage))
 		if e, died := p.av.Damage(rec.Mine.DefenderDamage, rec.Attacker); died {
 			rec.DefenderDied = true
+			out.DefenderDied = true
 			p.describe(e)
 		}
 	} else {
 		p.notice("event", "", fmt.Sprintf("%s attacked you and missed.", name))
 	}
 	p.recordFight(rec)
-	p.metrics.fights.WithLabelValues("defender", "fought").Inc()
-	return &playpb.Outcome{
-		Accepted: true, Defender: fighterOf(mine), Result: resultOf(rec.Mine),
-		Mismatch: rec.Mismatch, DefenderDied: rec.DefenderDied,
-	}, rec, name
+	p.countFight("defender", rec)
+	return out, rec, name
+}
+
+// rememberAttackerLocked records an attacker's fight, forgetting those
+// not heard from for attackerMemory and, past maxAttackers, the one heard
+// from longest ago. Caller holds p.mu.
+func (p *Peer) rememberAttackerLocked(from peer.ID, seen attackSeen) {
+	if _, ok := p.attackers[from]; !ok && len(p.attackers) >= maxAttackers {
+		p.pruneAttackersLocked(seen.at)
+		if len(p.attackers) >= maxAttackers {
+			var oldest peer.ID
+			for id, a := range p.attackers {
+				if oldest == "" || a.at.Before(p.attackers[oldest].at) {
+					oldest = id
+				}
+			}
+			delete(p.attackers, oldest)
+		}
+	}
+	p.attackers[from] = seen
+}
+
+// pruneAttackersLocked forgets attackers not heard from for
+// attackerMemory. Caller holds p.mu.
+func (p *Peer) pruneAttackersLocked(now time.Time) {
+	for id, a := range p.attackers {
+		if now.Sub(a.at) > attackerMemory {
+			delete(p.attackers, id)
+		}
+	}
 }
 
 // recordFight keeps rec for Fights. Caller holds p.mu.

@@ -41,13 +41,14 @@ func FuzzDecodeAttack(f *testing.F) {
 
 func FuzzDecodeOutcome(f *testing.F) {
 	fuzzSeeds(f, &playpb.Outcome{Accepted: true, Defender: &playpb.Fighter{Skill: 10, Health: 100},
-		Result: &playpb.Result{Roll: 70, AttackerDamage: 2}}, &playpb.Outcome{Refusal: "out of range"})
+		AttackerSeen: &playpb.Fighter{Skill: 12, Health: 40},
+		Result:       &playpb.Result{Roll: 70, AttackerDamage: 2}}, &playpb.Outcome{Refusal: "out of range"})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		o, err := DecodeOutcome(b)
 		if err != nil {
 			return
 		}
-		if o.Accepted && (o.Defender == nil || o.Result == nil) {
+		if o.Accepted && (o.Defender == nil || o.AttackerSeen == nil || o.Result == nil) {
 			t.Fatalf("accepted outcome without its fields: %+v", o)
 		}
 	})

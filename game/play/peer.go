@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
-	"github.com/overworld-p2p/overworld/bootstrap/leases"
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/node"
@@ -33,7 +33,8 @@ type Config struct {
 	// Game is the world's shape and rules; zero means game.DefaultConfig().
 	Game game.Config
 	// Name is the player's display name. Default: the account name, else
-	// "player-" and the end of the peer ID.
+	// "player-" and the end of the peer ID. With an Account it must be the
+	// account's name (other players show the name on the login token).
 	Name string
 	// Bot drives the player with game.Bot instead of a browser's input,
 	// seeded with BotSeed, at BotPace (zero: game.DefaultBotPace()).
@@ -85,6 +86,9 @@ func (c *Config) fill(n *node.Node) error {
 	}
 	if err := c.Game.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Account != nil && c.Name != "" && !strings.EqualFold(c.Name, c.Account.User) {
+		errs = append(errs, fmt.Errorf("name %q with account %q: a logged-in player is shown by its account's name", c.Name, c.Account.User))
 	}
 	if c.Name == "" {
 		switch {
@@ -153,8 +157,12 @@ type Peer struct {
 	acct    *accounts.Client
 	guard   *guard.Guard     // with an account: leases and tokens for regions
 	admit   *guard.Admission // with an account: token check of topic authors
-	httpc   *http.Client     // the account server's
-	metrics *metrics
+	// chatLimit bounds each author's rate on each chat topic; limitMu
+	// guards it (the validators run concurrently).
+	limitMu   sync.Mutex
+	chatLimit *position.AuthorLimiter
+	httpc     *http.Client // the account server's
+	metrics   *metrics
 
 	// ctx ends when Run returns (or Close is called); it bounds every
 	// goroutine the peer spawns, which wg tracks.
@@ -163,6 +171,11 @@ type Peer struct {
 	wg     sync.WaitGroup
 	closed sync.Once
 	ran    chan struct{} // closed when Run has finished its shutdown
+
+	// saveMu serializes saves; unacked are the saves since the last
+	// answered one that got no answer (any may have been stored).
+	saveMu  sync.Mutex
+	unacked []accounts.Character
 
 	mu        sync.Mutex
 	av        *Avatar
@@ -181,6 +194,7 @@ type Peer struct {
 	regrowing map[game.ObjectID]bool
 	attackers map[peer.ID]attackSeen
 	fights    []FightRecord
+	rule      fightRule // game.FightOutcome; tests give a peer another
 	latency   time.Duration
 	cardSeq   uint64
 	lastCard  cardState
@@ -202,6 +216,9 @@ type other struct {
 // maxMessages is how many recent messages the peer keeps for pages.
 const maxMessages = 64
 
+// maxChatAuthors bounds the chat rate limiter's table.
+const maxChatAuthors = 4096
+
 // New builds the player's runtime on n: the region service and the
 // position service, the fight and whisper protocols, and (with an Account)
 // the login and the saved character. Run starts it.
@@ -218,6 +235,7 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 		rs: map[game.RegionCoord]*regionState{}, topics: map[game.RegionCoord]*chatTopic{},
 		cards: map[peer.ID]*cardEntry{}, smoothers: map[peer.ID]*game.Smoother{},
 		regrowing: map[game.ObjectID]bool{}, attackers: map[peer.ID]attackSeen{},
+		rule: game.FightOutcome, chatLimit: position.NewAuthorLimiter(chatEvery, chatBurst, maxChatAuthors),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -238,70 +256,20 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 		p.bot = game.NewBot(cfg.Game, p.id, cfg.BotSeed, cfg.BotPace)
 	}
 
-	rcfg := regions.Config{
-		World: cfg.World, Width: cfg.Game.RegionsX, Height: cfg.Game.RegionsY,
-		Logger: cfg.Logger, Registerer: cfg.Registerer,
-	}
 	if cfg.Account != nil {
 		if err := p.login(ctx); err != nil {
 			return nil, err
 		}
-		pub, err := p.acct.PublicKey(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("play: account server key: %w", err)
-		}
-		// The guard makes the region service present this peer's token,
-		// demand everyone else's, and commit only under the region's lease.
-		// Lease requests get 5 s (the holder's default before the first
-		// grant is 1 s): a busy account server must not keep a coordinator
-		// from ever committing. Validity counts from the send, so a slow
-		// answer is still safe.
-		p.guard, err = guard.New(guard.Config{
-			World: cfg.World, Accounts: p.acct, PublicKey: pub, Logger: cfg.Logger,
-			Holder: leases.HolderConfig{RequestTimeout: 5 * time.Second},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("play: %w", err)
-		}
-		p.guard.Apply(&rcfg)
-		// The admission asks every author on the position and chat topics
-		// for its token (and shows this peer's to those who ask): players
-		// without a valid token for their own peer ID are not heard.
-		if p.admit, err = p.guard.NewAdmission(p.h, guard.AdmissionConfig{Logger: cfg.Logger}); err != nil {
-			return nil, fmt.Errorf("play: %w", err)
-		}
 	}
-	if p.regions, err = regions.New(n, rcfg); err != nil {
+	rs, err := StartRegionServices(ctx, n, RegionServicesConfig{
+		World: cfg.World, Game: cfg.Game, PositionInterval: cfg.PositionInterval,
+		Accounts: p.acct, Logger: cfg.Logger, Registerer: cfg.Registerer,
+	})
+	if err != nil {
 		return nil, fmt.Errorf("play: %w", err)
 	}
+	p.regions, p.pos, p.guard, p.admit = rs.Regions, rs.Positions, rs.Guard, rs.Admission
 	p.store = p.regions.Client()
-
-	pcfg := position.DefaultConfig()
-	pcfg.World, pcfg.Width, pcfg.Height = cfg.World, cfg.Game.RegionsX, cfg.Game.RegionsY
-	pcfg.RegionUnits = cfg.Game.RegionUnits()
-	pcfg.Interval = cfg.PositionInterval
-	pcfg.Expire = max(pcfg.Expire, 4*cfg.PositionInterval)
-	pcfg.Rendezvous = max(pcfg.Rendezvous, cfg.PositionInterval)
-	pcfg.MaxSpeed = cfg.Game.MaxSpeed * int32(cfg.Game.TickRate)
-	pcfg.SpeedTolerance = max(pcfg.SpeedTolerance, cfg.Game.MaxSpeed*2)
-	// Two respawns are at least the respawn time apart; half of it leaves
-	// room for when the updates announcing them were sent.
-	pcfg.MinRelocationInterval = time.Duration(cfg.Game.RespawnTicks) * time.Second / time.Duration(cfg.Game.TickRate) / 2
-	// Positions are aggregated and rendezvous held by the peer that
-	// coordinates the region's objects, as this peer's region service sees it.
-	popts := []position.Option{position.WithCoordinators(func(c regions.Coord) peer.ID {
-		coord, _ := p.regions.Coordinator(c)
-		return coord
-	})}
-	if p.admit != nil {
-		popts = append(popts, position.WithAdmission(positionAdmission(p.admit)))
-	}
-	if p.pos, err = position.New(n, pcfg, popts...); err != nil {
-		return nil, fmt.Errorf("play: %w", err)
-	}
-	if err := node.RegisterShared(cfg.Registerer, position.NewCollector(p.pos)); err != nil {
-		return nil, fmt.Errorf("play: position metrics: %w", err)
-	}
 
 	p.h.SetStreamHandler(protocol.ID(FightProtocol), p.handleFight)
 	p.h.SetStreamHandler(protocol.ID(WhisperProtocol), p.handleWhisper)
@@ -370,10 +338,7 @@ func (p *Peer) Run(ctx context.Context) error {
 			if p.acct != nil {
 				// Generous: a whole demo saving at once queues on the
 				// account store's single writer.
-				saveCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-				err := p.save(saveCtx)
-				cancel()
-				if err != nil {
+				if err := p.saveOnExit(30 * time.Second); err != nil {
 					p.log.Warn("saving the character on exit failed", "err", err)
 				} else {
 					p.log.Info("character saved")

@@ -27,12 +27,21 @@ import (
 // objects. Its validator checks size, decoding, that the message's author
 // is the named sender, that the region is the topic's and, with an account,
 // that the author holds a valid login token for its peer ID
-// (guard.Admission; the validator waits for the token of a new author);
-// anything else is rejected, which penalises the forwarding peer in
-// gossipsub.
+// (guard.Admission; the validator waits for the token of a new author) and
+// that the name it gives is the account's the token names; a card's skill
+// rises by one at most, and not faster than minSkillRise. Anything else
+// is rejected, which penalises the forwarding peer in gossipsub. Each
+// author may have one message per chatEvery accepted per topic (bursts of
+// chatBurst); more are dropped unforwarded. Without an account the names
+// are what players claim: nothing binds them.
+//
+// With an account, every name shown and every whisper target is the name
+// on a player's token, never the name a message claims: a peer cannot
+// speak or be whispered to as another player.
 //
 // Whispers go over a direct stream to the recipient: one Whisper, one
-// WhisperAck.
+// WhisperAck. The recipient checks the sender's token before reading and
+// shows the token's name.
 
 // chatTopic is this peer's membership of one region's chat topic.
 type chatTopic struct {
@@ -47,7 +56,20 @@ type cardEntry struct {
 	cardState
 	seq     uint64
 	arrived time.Time
+	// skillRose is when a card last showed the skill rising.
+	skillRose time.Time
 }
+
+// Limits on the chat topics: per author and topic, chatBurst messages at
+// once and one per chatEvery after (cards go out at most every 250 ms,
+// chat lines as fast as a person types); a card may show the skill rising
+// by one at most once per minSkillRise (a defeat takes several blows a
+// cooldown apart).
+const (
+	chatEvery    = 100 * time.Millisecond
+	chatBurst    = 16
+	minSkillRise = time.Second
+)
 
 // cardState is what a card says.
 type cardState struct {
@@ -129,9 +151,10 @@ func (p *Peer) validator(rc game.RegionCoord) pubsub.ValidatorEx {
 			p.metrics.chatRejected.WithLabelValues("wrong_region").Inc()
 			return pubsub.ValidationReject
 		}
+		from := m.GetFrom()
 		if p.admit != nil {
 			// Not inline: a first line may wait for its author's token.
-			switch p.admit.Wait(ctx, m.GetFrom()) {
+			switch p.admit.Wait(ctx, from) {
 			case guard.Refused:
 				p.metrics.chatRejected.WithLabelValues("bad_token").Inc()
 				return pubsub.ValidationReject
@@ -139,10 +162,67 @@ func (p *Peer) validator(rc game.RegionCoord) pubsub.ValidatorEx {
 				p.metrics.chatRejected.WithLabelValues("token_pending").Inc()
 				return pubsub.ValidationIgnore
 			}
+			claimed := s.GetChat().GetName()
+			if s.GetCard() != nil {
+				claimed = s.GetCard().GetName()
+			}
+			name, ok := p.verifiedName(from)
+			if !ok {
+				// The token expired since Wait: as if still pending.
+				p.metrics.chatRejected.WithLabelValues("token_pending").Inc()
+				return pubsub.ValidationIgnore
+			}
+			if !strings.EqualFold(name, claimed) {
+				p.metrics.chatRejected.WithLabelValues("name_mismatch").Inc()
+				p.log.Debug("chat message under another name", "from", from, "claims", claimed, "token", name)
+				return pubsub.ValidationReject
+			}
+		}
+		p.limitMu.Lock()
+		allowed := p.chatLimit.Allow(from, m.GetTopic(), time.Now())
+		p.limitMu.Unlock()
+		if !allowed {
+			p.metrics.chatRejected.WithLabelValues("rate_limited").Inc()
+			return pubsub.ValidationIgnore
+		}
+		if c := s.GetCard(); c != nil {
+			if reason := p.checkCard(from, c, time.Now()); reason != "" {
+				p.metrics.chatRejected.WithLabelValues(reason).Inc()
+				return pubsub.ValidationReject
+			}
 		}
 		m.ValidatorData = s
 		return pubsub.ValidationAccept
 	}
+}
+
+// checkCard is "" if card c of player from may follow the newest one held,
+// else the reason it may not: the skill rises by one at most, and not
+// again within minSkillRise. Older cards pass (readTopic keeps the newest).
+func (p *Peer) checkCard(from peer.ID, c *playpb.Card, now time.Time) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur := p.cards[from]
+	if cur == nil || c.Seq <= cur.seq || c.Skill <= cur.Skill {
+		return ""
+	}
+	if c.Skill > cur.Skill+1 || now.Sub(cur.skillRose) < minSkillRise {
+		return "card_skill_jump"
+	}
+	return ""
+}
+
+// verifiedName is the player name on id's login token, when the
+// admission holds a current one (this peer's own: its account's).
+func (p *Peer) verifiedName(id peer.ID) (string, bool) {
+	if id == p.h.ID() {
+		return p.cfg.Name, true
+	}
+	if p.admit == nil {
+		return "", false
+	}
+	c, ok := p.admit.Claims(id)
+	return c.Player, ok
 }
 
 func (p *Peer) readTopic(ctx context.Context, rc game.RegionCoord, sub *pubsub.Subscription) {
@@ -156,24 +236,57 @@ func (p *Peer) readTopic(ctx context.Context, rc game.RegionCoord, sub *pubsub.S
 		if !ok || from == p.h.ID() {
 			continue
 		}
+		now := time.Now()
 		p.mu.Lock()
 		switch b := s.Body.(type) {
 		case *playpb.Social_Chat:
 			// Region-wide: shown to the players standing in the region.
 			if p.av.Region() == rc {
-				p.addMessage(webui.Message{Kind: "chat", From: b.Chat.Name, Text: b.Chat.Text})
+				p.addMessage(webui.Message{Kind: "chat", From: p.shownName(from, b.Chat.Name), Text: b.Chat.Text})
 			}
 		case *playpb.Social_Card:
 			c := b.Card
 			if cur := p.cards[from]; cur == nil || c.Seq > cur.seq {
-				p.cards[from] = &cardEntry{seq: c.Seq, arrived: time.Now(), cardState: cardState{
-					Name: c.Name, Region: game.RegionCoord{X: int(c.RegionX), Y: int(c.RegionY)},
+				if cur == nil && len(p.cards) >= maxChatAuthors {
+					p.forgetOldestCardLocked()
+				}
+				e := &cardEntry{seq: c.Seq, arrived: now, cardState: cardState{
+					Name: p.shownName(from, c.Name), Region: game.RegionCoord{X: int(c.RegionX), Y: int(c.RegionY)},
 					Health: c.Health, Hunger: c.Hunger, Score: c.Score, Skill: c.Skill, Alive: c.Alive,
 				}}
+				if cur != nil {
+					e.skillRose = cur.skillRose
+					if c.Skill > cur.Skill {
+						e.skillRose = now
+					}
+				}
+				p.cards[from] = e
 			}
 		}
 		p.mu.Unlock()
 	}
+}
+
+// forgetOldestCardLocked drops the card that arrived longest ago, to
+// make room. Caller holds p.mu.
+func (p *Peer) forgetOldestCardLocked() {
+	var oldest peer.ID
+	for id, c := range p.cards {
+		if oldest == "" || c.arrived.Before(p.cards[oldest].arrived) {
+			oldest = id
+		}
+	}
+	delete(p.cards, oldest)
+}
+
+// shownName is the name to show for player id whose message claims
+// claimed: with an account, the name on its token (the validator made
+// sure the two agree); in an open world, the claim.
+func (p *Peer) shownName(id peer.ID, claimed string) string {
+	if name, ok := p.verifiedName(id); ok {
+		return name
+	}
+	return claimed
 }
 
 // publish sends a message on the chat topic of region rc, if joined.
@@ -220,6 +333,7 @@ func (p *Peer) cardLoop() {
 					delete(p.cards, id)
 				}
 			}
+			p.pruneAttackersLocked(now)
 			p.mu.Unlock()
 			if !due {
 				continue
@@ -263,10 +377,14 @@ func (p *Peer) Chat(text, to string) error {
 	return nil
 }
 
-// resolve finds a player by peer ID, (case-insensitively) by the name on
-// its card, or by the short peer ID the page shows for a player in view
-// whose card has not arrived yet. Ties go to the smallest peer ID so the
-// same name always reaches the same player. Caller holds p.mu.
+// resolve finds a player by peer ID, (case-insensitively) by its name,
+// or by the short peer ID the page shows for a player in view whose card
+// has not arrived yet. With an account the name is the one on the
+// player's token (its card's name was checked against it, and players in
+// view are looked up on their tokens), so a whisper to a name reaches that
+// account's peer and nobody who merely claims the name. Ties (one account
+// on two peers) go to the smallest peer ID so the same name always
+// reaches the same player. Caller holds p.mu.
 func (p *Peer) resolve(to string) (peer.ID, string, bool) {
 	if id, err := peer.Decode(to); err == nil && id != p.h.ID() {
 		return id, p.nameOf(id), true
@@ -275,6 +393,13 @@ func (p *Peer) resolve(to string) (peer.ID, string, bool) {
 	for id, c := range p.cards {
 		if strings.EqualFold(c.Name, to) && (found == "" || id < found) {
 			found = id
+		}
+	}
+	if found == "" && p.admit != nil {
+		for _, o := range p.others {
+			if name, ok := p.verifiedName(o.id); ok && strings.EqualFold(name, to) && (found == "" || o.id < found) {
+				found = o.id
+			}
 		}
 	}
 	if found == "" {
@@ -312,7 +437,7 @@ func (p *Peer) Whisper(ctx context.Context, to, text string) error {
 }
 
 func (p *Peer) sendWhisper(ctx context.Context, id peer.ID, text string) error {
-	s, err := p.h.NewStream(ctx, id, protocol.ID(WhisperProtocol))
+	s, err := p.h.NewStream(network.WithAllowLimitedConn(ctx, "whisper"), id, protocol.ID(WhisperProtocol)) // one short line: fits a relay
 	if err != nil {
 		return err
 	}
@@ -336,28 +461,25 @@ func (p *Peer) handleWhisper(s network.Stream) {
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(5 * time.Second))
 	from := s.Conn().RemotePeer()
-	if p.admit != nil {
-		// Logged-in players hear only players that are: the same rule as
-		// on the chat topic.
-		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
-		verdict := p.admit.Wait(ctx, from)
-		cancel()
-		if verdict != guard.Admitted {
-			reason := "whisper_token_pending"
-			if verdict == guard.Refused {
-				reason = "whisper_bad_token"
-			}
-			p.metrics.chatRejected.WithLabelValues(reason).Inc()
-			s.Reset()
-			return
-		}
+	// Logged-in players hear only players that are: the same rule as on
+	// the chat topic, checked before anything is read.
+	if reason := p.admitStream(from); reason != "" {
+		p.metrics.chatRejected.WithLabelValues("whisper_" + reason).Inc()
+		s.Reset()
+		return
 	}
 	b, err := readFrame(bufio.NewReader(s), MaxWhisperMessageBytes)
 	if err == nil {
 		var w *playpb.Whisper
 		if w, err = DecodeWhisper(b); err == nil {
+			if name, ok := p.verifiedName(from); p.admit != nil && (!ok || !strings.EqualFold(name, w.FromName)) {
+				p.metrics.chatRejected.WithLabelValues("whisper_name_mismatch").Inc()
+				p.log.Debug("whisper under another name", "from", from, "claims", w.FromName, "token", name)
+				s.Reset()
+				return
+			}
 			p.mu.Lock()
-			p.addMessage(webui.Message{Kind: "whisper", From: w.FromName, To: p.cfg.Name, Text: w.Text})
+			p.addMessage(webui.Message{Kind: "whisper", From: p.shownName(from, w.FromName), To: p.cfg.Name, Text: w.Text})
 			p.mu.Unlock()
 			err = writeFrame(s, &playpb.WhisperAck{}, 16)
 		}

@@ -2,6 +2,7 @@ package play
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,7 +19,7 @@ import (
 
 // Protocol IDs and topic suffix of the player runtime.
 const (
-	FightProtocol   = "/overworld/fight/1.0.0"
+	FightProtocol   = "/overworld/fight/2.0.0"
 	WhisperProtocol = "/overworld/whisper/1.0.0"
 	// ChatTopicSuffix follows regions.TopicPrefix in a region's chat topic.
 	ChatTopicSuffix = "/chat"
@@ -47,7 +48,10 @@ func writeFrame(w io.Writer, m proto.Message, limit int) error {
 	return err
 }
 
-// readFrame reads one length-prefixed frame of at most limit bytes.
+// readFrame reads one length-prefixed frame of at most limit bytes. The
+// buffer grows with the bytes that arrive, not with the length the peer
+// announces: a peer that announces a frame and sends nothing costs
+// nothing.
 func readFrame(r *bufio.Reader, limit int) ([]byte, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
@@ -56,11 +60,12 @@ func readFrame(r *bufio.Reader, limit int) ([]byte, error) {
 	if n > uint64(limit) {
 		return nil, fmt.Errorf("frame of %d bytes, limit %d", n, limit)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, fmt.Errorf("read frame: %w", err)
+	var buf bytes.Buffer
+	got, err := io.CopyN(&buf, r, int64(n))
+	if err != nil {
+		return nil, fmt.Errorf("read frame: %d of %d bytes: %w", got, n, err)
 	}
-	return b, nil
+	return buf.Bytes(), nil
 }
 
 func checkFighter(what string, f *playpb.Fighter) error {
@@ -117,7 +122,7 @@ func DecodeOutcome(b []byte) (*playpb.Outcome, error) {
 	if !m.Accepted {
 		return &m, nil
 	}
-	if err := errors.Join(checkFighter("defender", m.Defender), checkResult(m.Result)); err != nil {
+	if err := errors.Join(checkFighter("defender", m.Defender), checkFighter("attacker as seen", m.AttackerSeen), checkResult(m.Result)); err != nil {
 		return nil, fmt.Errorf("decode outcome: %w", err)
 	}
 	return &m, nil
@@ -133,10 +138,6 @@ func resultFrom(r *playpb.Result) game.FightResult {
 
 func fighterOf(f game.Fighter) *playpb.Fighter {
 	return &playpb.Fighter{Skill: f.Skill, Health: f.Health}
-}
-
-func fighterFrom(f *playpb.Fighter) game.Fighter {
-	return game.Fighter{Skill: f.Skill, Health: f.Health}
 }
 
 func checkRegion(x, y int32, cfg game.Config) error {

@@ -626,7 +626,8 @@ func (a *actor) fight(ctx context.Context) {
 	attacker, defender := game.PlayerID(a.self.String()), game.PlayerID(target.String())
 	// The defender's state as last seen: bots publish no cards, so the
 	// attacker assumes a fresh player, as game/play does without a card.
-	msg := play.NewAttack(attacker, defender, counter, me, game.FreshFighter())
+	fresh := game.FreshFighter()
+	msg := play.NewAttack(attacker, defender, counter, me, fresh)
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	out, err := play.SendAttack(fctx, a.p.host, target, msg)
 	cancel()
@@ -641,7 +642,7 @@ func (a *actor) fight(ctx context.Context) {
 		a.stats.count("fight", "refused: "+out.Refusal)
 		return
 	}
-	rec := play.SettleAttack(attacker, defender, counter, me, out)
+	rec := play.SettleAttack(attacker, defender, counter, me, fresh, out)
 	a.mu.Lock()
 	a.takeDamage(time.Now(), rec.Mine.AttackerDamage, defender)
 	if rec.DefenderDied {
@@ -699,7 +700,9 @@ func (a *actor) handleFight(s network.Stream) {
 		return
 	}
 	a.attackers[from] = attackSeen{counter: att.Counter, at: now}
-	out, rec := play.DefendAttack(game.PlayerID(from.String()), game.PlayerID(a.self.String()), att, game.Fighter{Skill: a.me.Skill, Health: a.me.Health})
+	// Bots publish no cards: the attacker is taken for a fresh player.
+	out, rec := play.DefendAttack(game.PlayerID(from.String()), game.PlayerID(a.self.String()), att,
+		game.FreshFighter(), game.Fighter{Skill: a.me.Skill, Health: a.me.Health})
 	if rec.Mine.Hit && a.takeDamage(now, rec.Mine.DefenderDamage, rec.Attacker) {
 		out.DefenderDied = true
 	}

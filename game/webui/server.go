@@ -2,7 +2,10 @@ package webui
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,11 +13,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/game"
 )
@@ -36,6 +41,56 @@ type Options struct {
 	// MaxBadMessages is how many invalid frames a page may send before the
 	// connection is closed (default 16).
 	MaxBadMessages int
+	// Secret, if set, is demanded of every request: once in the page's
+	// address (?k=SECRET, see PageURL), which sets a cookie that the page's
+	// assets and WebSocket then carry. Serve on an address other hosts can
+	// reach only with a secret (NeedsSecret): the Host check alone does
+	// not stop a neighbour who sends "Host: 127.0.0.1" from driving the
+	// player. With a secret the Host check is left out (the secret is the
+	// stronger test, and a page served under another name still works).
+	Secret string
+	// Registerer receives overworld_webui_refusals_total; nil: a private
+	// registry.
+	Registerer prometheus.Registerer
+}
+
+// secretCookie carries Options.Secret once the page's address gave it.
+const secretCookie = "overworld_page_key"
+
+// minSecretLen bounds how short a secret may be (16 bytes of hex).
+const minSecretLen = 32
+
+// NewSecret returns a random secret for Options.Secret: 128 bits, hex.
+func NewSecret() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// NeedsSecret reports whether a page listening on addr (host:port) can be
+// reached from other hosts and so must be served with a Secret: any
+// address but a loopback one (an empty host or 0.0.0.0 means every
+// interface).
+func NeedsSecret(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip == nil || !ip.IsLoopback()
+}
+
+// PageURL is the address to open for a page served on listen with secret
+// ("" for none).
+func PageURL(listen net.Addr, secret string) string {
+	u := "http://" + listen.String() + "/"
+	if secret != "" {
+		u += "?k=" + url.QueryEscape(secret)
+	}
+	return u
 }
 
 // Server serves the page and its WebSocket for one Session.
@@ -44,6 +99,8 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	mux     *http.ServeMux
+
+	refusals *prometheus.CounterVec
 
 	mu     sync.Mutex
 	conns  sync.WaitGroup
@@ -65,6 +122,12 @@ func NewServer(session Session, opts Options) (*Server, error) {
 	if opts.MaxBadMessages == 0 {
 		opts.MaxBadMessages = 16
 	}
+	if opts.Secret != "" && len(opts.Secret) < minSecretLen {
+		return nil, fmt.Errorf("webui: secret of %d characters: want at least %d (NewSecret makes one)", len(opts.Secret), minSecretLen)
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -73,7 +136,18 @@ func NewServer(session Session, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webui: %w", err)
 	}
-	s := &Server{session: session, opts: opts, log: log, mux: http.NewServeMux()}
+	refusals := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "overworld_webui_refusals_total",
+		Help: "Page requests refused, by reason: forbidden_host, no_secret, bad_secret.",
+	}, []string{"reason"})
+	if err := opts.Registerer.Register(refusals); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, fmt.Errorf("webui metrics: %w", err)
+		}
+		refusals = are.ExistingCollector.(*prometheus.CounterVec)
+	}
+	s := &Server{session: session, opts: opts, log: log, mux: http.NewServeMux(), refusals: refusals}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.mux.Handle("GET /", http.FileServerFS(static))
 	s.mux.HandleFunc("GET /ws", s.serveWebSocket)
@@ -86,7 +160,15 @@ func NewServer(session Session, opts Options) (*Server, error) {
 // Handler returns the HTTP handler: the page at /, the WebSocket at /ws.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.hostAllowed(r.Host) {
+		if s.opts.Secret != "" {
+			if reason := s.checkSecret(w, r); reason != "" {
+				s.refusals.WithLabelValues(reason).Inc()
+				s.log.Warn("page request without the page's secret", "remote", r.RemoteAddr, "reason", reason)
+				http.Error(w, "open the address the player printed at start (with its ?k=…)", http.StatusUnauthorized)
+				return
+			}
+		} else if !s.hostAllowed(r.Host) {
+			s.refusals.WithLabelValues("forbidden_host").Inc()
 			http.Error(w, "forbidden host", http.StatusForbidden)
 			return
 		}
@@ -94,6 +176,28 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Cache-Control", "no-cache")
 		s.mux.ServeHTTP(w, r)
 	})
+}
+
+// checkSecret is "" if r carries the secret, in its query (then a cookie
+// is set for the page's assets and WebSocket) or in the cookie; else why
+// not.
+func (s *Server) checkSecret(w http.ResponseWriter, r *http.Request) string {
+	want := []byte(s.opts.Secret)
+	if k := r.URL.Query().Get("k"); k != "" {
+		if subtle.ConstantTimeCompare([]byte(k), want) != 1 {
+			return "bad_secret"
+		}
+		http.SetCookie(w, &http.Cookie{Name: secretCookie, Value: s.opts.Secret, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		return ""
+	}
+	c, err := r.Cookie(secretCookie)
+	if err != nil {
+		return "no_secret"
+	}
+	if subtle.ConstantTimeCompare([]byte(c.Value), want) != 1 {
+		return "bad_secret"
+	}
+	return ""
 }
 
 func (s *Server) hostAllowed(host string) bool {

@@ -153,6 +153,7 @@ type Admission struct {
 // ticket is the book's entry for one peer.
 type ticket struct {
 	verdict Verdict
+	claims  token.Claims  // Admitted: what the token says
 	expiry  time.Time     // Admitted: the token's expiry
 	next    time.Time     // earliest next ask
 	fails   int           // asks in a row that brought no new valid token
@@ -272,6 +273,21 @@ func (a *Admission) Status(id peer.ID) PeerStatus {
 		return PeerStatus{Verdict: Pending}
 	}
 	return PeerStatus{Verdict: t.verdictAt(now), Expiry: t.expiry, Err: t.err, Asking: t.done != nil}
+}
+
+// Claims returns what id's current token says (its account and player
+// name), if the book holds one that has not expired; it asks nobody. A
+// game binds the names it shows and whispers to to these, never to a name
+// a peer claims in its own messages.
+func (a *Admission) Claims(id peer.ID) (token.Claims, bool) {
+	now := a.cfg.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.book[id]
+	if t == nil || t.verdictAt(now) != Admitted {
+		return token.Claims{}, false
+	}
+	return t.claims, true
 }
 
 // Stats returns the counters.
@@ -396,7 +412,7 @@ func (a *Admission) settleLocked(id peer.ID, t *ticket, tok []byte, err error, n
 		if errors.Is(err, errNoService) {
 			first = a.cfg.RetryMin
 		}
-		t.verdict, t.err, t.expiry = Refused, err, time.Time{}
+		t.verdict, t.err, t.expiry, t.claims = Refused, err, time.Time{}, token.Claims{}
 		t.next = now.Add(backoff(first, max(first, a.cfg.RetryMax), t.fails))
 		a.log.Debug("peer refused", "peer", id, "err", err)
 	case t.verdict == Admitted && !claims.Expiry.After(t.expiry):
@@ -407,7 +423,7 @@ func (a *Admission) settleLocked(id peer.ID, t *ticket, tok []byte, err error, n
 	default:
 		a.stats.Admissions++
 		margin := min(a.cfg.RefetchBefore, claims.Expiry.Sub(claims.IssuedAt)/8)
-		t.verdict, t.expiry, t.err, t.fails = Admitted, claims.Expiry, nil, 0
+		t.verdict, t.expiry, t.err, t.fails, t.claims = Admitted, claims.Expiry, nil, 0, claims
 		t.next = claims.Expiry.Add(-margin)
 		if earliest := now.Add(a.cfg.RetryMin); t.next.Before(earliest) {
 			t.next = earliest
@@ -442,7 +458,7 @@ func backoff(base, limit time.Duration, fails int) time.Duration {
 func (a *Admission) ask(id peer.ID) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(a.ctx, a.cfg.FetchTimeout)
 	defer cancel()
-	st, err := a.h.NewStream(ctx, id, TokenProtocol)
+	st, err := a.h.NewStream(network.WithAllowLimitedConn(ctx, "token"), id, TokenProtocol) // one token: fits a relay
 	if err != nil {
 		if a.lacksService(id) {
 			return nil, errNoService

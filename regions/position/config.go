@@ -36,10 +36,15 @@ type Config struct {
 	// rounding and the game's own tick granularity.
 	SpeedTolerance int32
 	// MaxClockSkew bounds how far a sender's timestamp may run ahead of the
-	// receiver's clock. The speed limit is checked against the time between
-	// the sender's timestamps (arrival times bunch up under network delay
-	// variation); a sender lying about time gains at most this much.
+	// receiver's clock (rejected beyond: from_future), and MaxDelay how far
+	// it may lag behind it (dropped without blame beyond: stale). The
+	// speed limit is checked against the time between the sender's
+	// timestamps (arrival times bunch up under network delay variation),
+	// which the two bound by the receiver's clock: a sender lying about
+	// time walks at most MaxDelay+MaxClockSkew further than the limit
+	// allows, once, not per update.
 	MaxClockSkew time.Duration
+	MaxDelay     time.Duration
 	// MinRelocationInterval is the least time between two relocations
 	// (moves the game makes without walking, such as a respawn) that
 	// receivers accept from one player; set it to the game's respawn time.
@@ -84,6 +89,7 @@ func DefaultConfig() Config {
 		MaxSpeed:         4 * TileUnits,
 		SpeedTolerance:   TileUnits / 4,
 		MaxClockSkew:     time.Second,
+		MaxDelay:         2 * time.Second,
 		ReorderWindow:    64,
 		MaxExtrapolation: time.Second,
 		Expire:           3 * time.Second,
@@ -145,6 +151,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxClockSkew < 0 {
 		errs = append(errs, fmt.Errorf("max clock skew %s: want >= 0", c.MaxClockSkew))
+	}
+	if c.MaxDelay < c.Interval || c.MaxDelay > time.Minute {
+		errs = append(errs, fmt.Errorf("max delay %s with interval %s: want interval <= max delay <= 1m", c.MaxDelay, c.Interval))
 	}
 	if c.MinRelocationInterval < 0 {
 		errs = append(errs, fmt.Errorf("min relocation interval %s: want >= 0", c.MinRelocationInterval))

@@ -73,8 +73,9 @@ func (s *Service) handleStream(st network.Stream) {
 			}
 		case *StreamMessage_Update:
 			s.count.uplinkReceived.Add(1)
-			if v, reason := s.ingestUpdate(remote, b.Update); v == Reject {
-				s.count.verdict(v, reason)
+			v, reason := s.ingestUpdate(remote, b.Update)
+			s.count.verdict(v, reason)
+			if v == Reject {
 				_ = st.Reset()
 				return
 			}
@@ -91,6 +92,9 @@ func (s *Service) register(c regions.Coord, p peer.ID) *Members {
 	if m == nil {
 		m = map[peer.ID]time.Time{}
 		s.interested[c] = m
+	}
+	if _, known := m[p]; !known && len(m) >= maxInterested {
+		dropSoonest(m)
 	}
 	m[p] = now.Add(3 * s.cfg.Rendezvous)
 	ids := make([]peer.ID, 0, len(m))
@@ -122,6 +126,22 @@ func (s *Service) register(c regions.Coord, p peer.ID) *Members {
 	return out
 }
 
+// maxInterested bounds the peers a coordinator remembers per region for
+// rendezvous; past it, the registration closest to expiry makes room.
+const maxInterested = 4 * MaxMembers
+
+// dropSoonest removes the entry of m that expires first.
+func dropSoonest(m map[peer.ID]time.Time) {
+	var victim peer.ID
+	var at time.Time
+	for id, until := range m {
+		if victim == "" || until.Before(at) || (until.Equal(at) && id < victim) {
+			victim, at = id, until
+		}
+	}
+	delete(m, victim)
+}
+
 // ingestUpdate takes a player's update as the coordinator of its region:
 // the stream's peer must be the player, admitted (WithAdmission), and the
 // update must pass the coordinator's own Tracker.
@@ -139,6 +159,9 @@ func (s *Service) ingestUpdate(from peer.ID, u *Update) (Verdict, string) {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.uplinked.Allow(from, c.String(), now) {
+		return Ignore, ReasonRateLimited
+	}
 	v, reason := s.ingest.Observe(from, u, now)
 	if v != Accept {
 		return v, reason
@@ -150,6 +173,9 @@ func (s *Service) ingestUpdate(from peer.ID, u *Update) (Verdict, string) {
 	}
 	m[from] = u
 	if in := s.interested[c]; in != nil {
+		if _, known := in[from]; !known && len(in) >= maxInterested {
+			dropSoonest(in)
+		}
 		in[from] = now.Add(3 * s.cfg.Rendezvous)
 	}
 	return Accept, ""

@@ -16,10 +16,15 @@
 // which publishes one Batch per interval.
 //
 // Data flow on a receiver: gossipsub -> topic validator (size, decode,
-// author = named player or coordinator, region = topic, Tracker: sequence
-// newer, move within the speed limit) -> delivery into the View, which
-// dead-reckons between updates. Rejected updates are counted and penalise
-// the sender through gossipsub's peer scoring (see ScoreOptions).
+// author = named player or coordinator, region = topic, admission, the
+// author's rate on the topic (AuthorLimiter), Tracker: sequence newer,
+// timestamp within [arrival-MaxDelay, arrival+MaxClockSkew] of the
+// receiver's own clock, move within the speed limit) -> delivery into the
+// View, which dead-reckons between updates. Rejected updates are counted
+// and penalise the sender through gossipsub's peer scoring (see
+// ScoreOptions); ignored ones (duplicates, stale, over the rate) are
+// counted and dropped unforwarded. Every per-peer table (tracker,
+// limiter, rendezvous registrations) is bounded and evicts.
 //
 // The coordinator stream also serves rendezvous: a player sends Join for each
 // region it subscribes to and gets back the peers interested in it, and

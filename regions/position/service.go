@@ -101,8 +101,10 @@ type Service struct {
 	topics  map[regions.Coord]*regionTopic // joined topics, subscribed or not
 
 	mu          sync.Mutex
-	tracker     *Tracker // updates heard on topics
-	ingest      *Tracker // updates received as a coordinator
+	tracker     *Tracker       // updates heard on topics
+	ingest      *Tracker       // updates received as a coordinator
+	heard       *AuthorLimiter // per (author, region topic) on the topics
+	uplinked    *AuthorLimiter // per (player, region) on coordinator streams
 	placed      bool
 	pos, vel    Vec
 	seq         uint64
@@ -161,6 +163,8 @@ func New(n *node.Node, cfg Config, opts ...Option) (*Service, error) {
 		count:       newCounters(),
 		tracker:     NewTracker(cfg.Limits()),
 		ingest:      NewTracker(cfg.Limits()),
+		heard:       newAuthorLimiter(cfg),
+		uplinked:    newAuthorLimiter(cfg),
 		topics:      map[regions.Coord]*regionTopic{},
 		view:        map[peer.ID]*seenPlayer{},
 		coordinator: map[regions.Coord]coordinatorEntry{},
@@ -543,6 +547,10 @@ func (s *Service) check(c regions.Coord, msg *pubsub.Message) (Verdict, string, 
 			return v, reason, accepted{}
 		}
 		s.mu.Lock()
+		if !s.heard.Allow(author, msg.GetTopic(), now) {
+			s.mu.Unlock()
+			return Ignore, ReasonRateLimited, accepted{}
+		}
 		v, reason := s.tracker.Observe(author, u, now)
 		s.count.setTracker(s.tracker.Stats())
 		s.mu.Unlock()
@@ -573,6 +581,9 @@ func (s *Service) check(c regions.Coord, msg *pubsub.Message) (Verdict, string, 
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		defer func() { s.count.setTracker(s.tracker.Stats()) }()
+		if !s.heard.Allow(author, msg.GetTopic(), now) {
+			return Ignore, ReasonRateLimited, accepted{}
+		}
 		if e, ok := s.coordinator[c]; ok && e.id != author {
 			// By this peer's view someone else coordinates the region:
 			// placement is changing; drop without blame.

@@ -44,6 +44,13 @@ const (
 	ReasonDuplicate   = "duplicate"
 	ReasonReordered   = "reordered"
 	ReasonFuture      = "from_future"
+	// ReasonStale marks an update sent longer ago than MaxDelay by the
+	// receiver's clock: dropped without blame (it may have been held up
+	// in the network), and never credited as time walked.
+	ReasonStale = "stale"
+	// ReasonRateLimited marks a message over its author's rate on one
+	// topic (AuthorLimiter): dropped without blame.
+	ReasonRateLimited = "rate_limited"
 )
 
 // Limits are the checks a Tracker applies.
@@ -52,6 +59,7 @@ type Limits struct {
 	MaxSpeed       int32
 	SpeedTolerance int32
 	MaxClockSkew   time.Duration
+	MaxDelay       time.Duration
 	ReorderWindow  uint64
 	// MinRelocationInterval is the least time, by the sender's clock,
 	// between two relocations a receiver accepts from one player.
@@ -65,6 +73,7 @@ func (c Config) Limits() Limits {
 		MaxSpeed:       c.MaxSpeed,
 		SpeedTolerance: c.SpeedTolerance,
 		MaxClockSkew:   c.MaxClockSkew,
+		MaxDelay:       c.MaxDelay,
 		ReorderWindow:  c.ReorderWindow,
 
 		MinRelocationInterval: c.MinRelocationInterval,
@@ -81,8 +90,18 @@ type TrackerStats struct {
 
 // Tracker keeps the newest update of every player it heard from and decides
 // whether the next one is acceptable: a sequence number newer than the last
-// and a move the speed limit allows in the time since the last arrival. It
-// is not safe for concurrent use and has no clock: callers pass now.
+// and a move the speed limit allows in the time between the two updates'
+// timestamps. It is not safe for concurrent use and has no clock: callers
+// pass now.
+//
+// The timestamps are the sender's, which arrival bunching makes necessary
+// (two updates sent 150 ms apart may arrive 1 ms apart), but the receiver
+// only believes them within a window of its own clock: an update must have
+// been sent within MaxDelay before its arrival and at most MaxClockSkew
+// after it. A sender lying about time can therefore make two updates look
+// at most MaxDelay+MaxClockSkew further apart than their arrivals, and the
+// lie does not add up: whatever it claims, its position stays within that
+// much walking of a path the speed limit allows by the receiver's clock.
 type Tracker struct {
 	lim     Limits
 	players map[peer.ID]*lastSeen
@@ -125,6 +144,9 @@ func (t *Tracker) Observe(player peer.ID, u *Update, now time.Time) (Verdict, st
 	if sent.After(now.Add(t.lim.MaxClockSkew)) {
 		return Reject, ReasonFuture
 	}
+	if sent.Before(now.Add(-t.lim.MaxDelay)) {
+		return Ignore, ReasonStale
+	}
 	last, known := t.players[player]
 	if known {
 		switch {
@@ -148,6 +170,9 @@ func (t *Tracker) Observe(player peer.ID, u *Update, now time.Time) (Verdict, st
 		}
 		t.stats.Lost += u.GetSeq() - last.seq - 1
 	} else {
+		if len(t.players) >= maxTracked {
+			t.forgetOldest()
+		}
 		last = &lastSeen{}
 		t.players[player] = last
 	}
@@ -159,11 +184,29 @@ func (t *Tracker) Observe(player peer.ID, u *Update, now time.Time) (Verdict, st
 
 // reachable reports whether a player last seen at from can be at to when it
 // sent the new update: at most MaxSpeed for the time between the two
-// timestamps, plus SpeedTolerance.
+// timestamps, plus SpeedTolerance. The arithmetic saturates: a gap so long
+// that the allowed distance spans the largest world allows any move.
 func (t *Tracker) reachable(from *lastSeen, to Vec, sent time.Time) bool {
-	dt := max(sent.Sub(from.sent), 0)
-	allowed := int64(t.lim.MaxSpeed)*dt.Microseconds()/1e6 + int64(t.lim.SpeedTolerance)
-	dx, dy := int64(to.X)-int64(from.pos.X), int64(to.Y)-int64(from.pos.Y)
+	return withinReach(from.pos, to, sent.Sub(from.sent), t.lim.MaxSpeed, t.lim.SpeedTolerance)
+}
+
+// withinReach reports whether a walk from a to b fits in dt at speed units
+// per second plus tolerance units, without overflow for any dt.
+func withinReach(a, b Vec, dt time.Duration, speed, tolerance int32) bool {
+	dt = max(dt, 0)
+	// Beyond maxReach any two points of a world are within reach; capping
+	// there keeps allowed*allowed far below 2^63.
+	const maxReach = 2 * maxWorldUnits
+	allowed := int64(tolerance)
+	if speed > 0 {
+		us := dt.Microseconds()
+		if us >= maxReach*1_000_000/int64(speed) {
+			return true
+		}
+		allowed += int64(speed) * us / 1_000_000
+	}
+	allowed = min(allowed, maxReach)
+	dx, dy := int64(b.X)-int64(a.X), int64(b.Y)-int64(a.Y)
 	return dx*dx+dy*dy <= allowed*allowed
 }
 
@@ -201,6 +244,21 @@ func (t *Tracker) Forget(cutoff time.Time) {
 			delete(t.players, id)
 		}
 	}
+}
+
+// maxTracked bounds the players a Tracker remembers; a new one past it
+// takes the place of the one heard from longest ago.
+const maxTracked = 4096
+
+func (t *Tracker) forgetOldest() {
+	var victim peer.ID
+	var at time.Time
+	for id, l := range t.players {
+		if victim == "" || l.at.Before(at) || (l.at.Equal(at) && id < victim) {
+			victim, at = id, l.at
+		}
+	}
+	delete(t.players, victim)
 }
 
 // Last returns the newest accepted sequence number of player.

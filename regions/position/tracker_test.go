@@ -154,3 +154,82 @@ func TestDeadReckon(t *testing.T) {
 		t.Errorf("extrapolation not capped: %v", got)
 	}
 }
+
+// TestTrackerTimeWindow: the sender's timestamps count only within
+// [arrival-MaxDelay, arrival+MaxClockSkew], so a lie about time buys at
+// most that much walking, and no gap overflows the distance arithmetic.
+func TestTrackerTimeWindow(t *testing.T) {
+	lim := testLimits()
+	t0 := time.Unix(1_000_000, 0)
+	p := peer.ID("p")
+	speed := int32(lim.MaxSpeed)
+	t.Run("backdated by weeks, then a jump", func(t *testing.T) {
+		tr := NewTracker(lim)
+		if v, r := tr.Observe(p, upd(1, 1000, 1000, t0), t0); v != Accept {
+			t.Fatalf("first update: %v %s", v, r)
+		}
+		weeks := t0.Add(-6 * 7 * 24 * time.Hour)
+		if v, r := tr.Observe(p, upd(2, 1000, 1000, weeks), t0.Add(10*time.Millisecond)); v != Ignore || r != ReasonStale {
+			t.Fatalf("update stamped weeks ago: %v %s, want ignore %s", v, r, ReasonStale)
+		}
+		now := t0.Add(20 * time.Millisecond)
+		if v, r := tr.Observe(p, upd(3, 20000, 20000, now), now); v != Reject || r != ReasonTeleport {
+			t.Fatalf("jump after it: %v %s, want reject %s", v, r, ReasonTeleport)
+		}
+	})
+	t.Run("the most a lie buys", func(t *testing.T) {
+		// The first update as old as allowed, the next as far ahead as
+		// allowed, arriving together.
+		tr := NewTracker(lim)
+		tr.Observe(p, upd(1, 1000, 1000, t0.Add(-lim.MaxDelay)), t0)
+		credit := lim.MaxDelay + lim.MaxClockSkew
+		reach := int32(int64(speed)*credit.Milliseconds()/1000) + lim.SpeedTolerance
+		if v, r := tr.Observe(p, upd(2, 1000+reach, 1000, t0.Add(lim.MaxClockSkew)), t0); v != Accept {
+			t.Fatalf("walk of %d units in the credited %s: %v %s", reach, credit, v, r)
+		}
+		tr = NewTracker(lim)
+		tr.Observe(p, upd(1, 1000, 1000, t0.Add(-lim.MaxDelay)), t0)
+		if v, r := tr.Observe(p, upd(2, 1000+reach+2, 1000, t0.Add(lim.MaxClockSkew)), t0); v != Reject || r != ReasonTeleport {
+			t.Fatalf("walk beyond the credit: %v %s, want reject %s", v, r, ReasonTeleport)
+		}
+	})
+	t.Run("no overflow", func(t *testing.T) {
+		for _, dt := range []time.Duration{0, time.Second, 24 * time.Hour, 1 << 62, -time.Hour} {
+			a, b := Vec{0, 0}, Vec{1<<28 - 1, 1<<28 - 1}
+			got := withinReach(a, b, dt, 1<<30, 0)
+			want := dt > 0
+			if got != want {
+				t.Errorf("dt %s at top speed across the largest world: reachable %v, want %v", dt, got, want)
+			}
+			if !withinReach(a, a, dt, speed, 0) {
+				t.Errorf("dt %s: standing still is not reachable", dt)
+			}
+		}
+	})
+}
+
+func TestAuthorLimiter(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := NewAuthorLimiter(100*time.Millisecond, 3, 2)
+	for i := range 3 {
+		if !l.Allow("a", "t", t0) {
+			t.Fatalf("message %d of the burst refused", i)
+		}
+	}
+	if l.Allow("a", "t", t0) {
+		t.Fatal("fourth message at once allowed")
+	}
+	if !l.Allow("a", "other", t0) {
+		t.Fatal("another topic shares the bucket")
+	}
+	if !l.Allow("a", "t", t0.Add(100*time.Millisecond)) {
+		t.Fatal("refill after one period refused")
+	}
+	// Full table: a newcomer takes the least recently used place.
+	if !l.Allow("b", "t", t0.Add(150*time.Millisecond)) || l.Len() != 2 {
+		t.Fatalf("newcomer: len %d", l.Len())
+	}
+	if l.Refused() != 1 {
+		t.Fatalf("refused %d, want 1", l.Refused())
+	}
+}

@@ -4,10 +4,15 @@
 // 	protoc        v3.21.12
 // source: fight.proto
 
-// The fight protocol, /overworld/fight/1.0.0: one stream per attack. The
+// The fight protocol, /overworld/fight/2.0.0: one stream per attack. The
 // attacker sends an Attack, the defender answers with one Outcome, and the
 // stream closes. Both sides compute game.FightOutcome from
-// game.FightSeed(both player IDs, counter) and compare.
+// game.FightSeed(both player IDs, counter) and the two fighters' states as
+// their public cards give them: each side takes its own state from the
+// card it last published and the other's from the card it last received,
+// never from what the other side declares in the fight. Each side sends
+// the states it used; when both used the same, the results must agree,
+// and either side that finds they do not flags a mismatch.
 
 package playpb
 
@@ -148,9 +153,9 @@ func (x *Result) GetRoll() int32 {
 	return 0
 }
 
-// Attack opens a fight: the attacker's counter, its own state, the
-// defender's state as the attacker last saw it, and the result the attacker
-// computed from those.
+// Attack opens a fight: the attacker's counter, its own state as its last
+// card published it, the defender's as the attacker last saw its card, and
+// the result the attacker computed from those.
 type Attack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Counter       uint64                 `protobuf:"varint,1,opt,name=counter,proto3" json:"counter,omitempty"`
@@ -224,10 +229,11 @@ type Outcome struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Accepted      bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
 	Refusal       string                 `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`    // why the attack was refused, if not accepted
-	Defender      *Fighter               `protobuf:"bytes,3,opt,name=defender,proto3" json:"defender,omitempty"`  // the defender's own state before the attack
+	Defender      *Fighter               `protobuf:"bytes,3,opt,name=defender,proto3" json:"defender,omitempty"`  // the defender's state as its last card published it
 	Result        *Result                `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`      // the defender's computation
 	Mismatch      bool                   `protobuf:"varint,5,opt,name=mismatch,proto3" json:"mismatch,omitempty"` // the attacker's result differs for the same inputs
 	DefenderDied  bool                   `protobuf:"varint,6,opt,name=defender_died,json=defenderDied,proto3" json:"defender_died,omitempty"`
+	AttackerSeen  *Fighter               `protobuf:"bytes,7,opt,name=attacker_seen,json=attackerSeen,proto3" json:"attacker_seen,omitempty"` // the attacker's state as the defender last saw its card
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -304,6 +310,13 @@ func (x *Outcome) GetDefenderDied() bool {
 	return false
 }
 
+func (x *Outcome) GetAttackerSeen() *Fighter {
+	if x != nil {
+		return x.AttackerSeen
+	}
+	return nil
+}
+
 var File_fight_proto protoreflect.FileDescriptor
 
 const file_fight_proto_rawDesc = "" +
@@ -321,14 +334,15 @@ const file_fight_proto_rawDesc = "" +
 	"\acounter\x18\x01 \x01(\x04R\acounter\x123\n" +
 	"\battacker\x18\x02 \x01(\v2\x17.overworld.play.FighterR\battacker\x12<\n" +
 	"\rdefender_seen\x18\x03 \x01(\v2\x17.overworld.play.FighterR\fdefenderSeen\x12.\n" +
-	"\x06result\x18\x04 \x01(\v2\x16.overworld.play.ResultR\x06result\"\xe5\x01\n" +
+	"\x06result\x18\x04 \x01(\v2\x16.overworld.play.ResultR\x06result\"\xa3\x02\n" +
 	"\aOutcome\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\arefusal\x18\x02 \x01(\tR\arefusal\x123\n" +
 	"\bdefender\x18\x03 \x01(\v2\x17.overworld.play.FighterR\bdefender\x12.\n" +
 	"\x06result\x18\x04 \x01(\v2\x16.overworld.play.ResultR\x06result\x12\x1a\n" +
 	"\bmismatch\x18\x05 \x01(\bR\bmismatch\x12#\n" +
-	"\rdefender_died\x18\x06 \x01(\bR\fdefenderDiedB5Z3github.com/overworld-p2p/overworld/game/play/playpbb\x06proto3"
+	"\rdefender_died\x18\x06 \x01(\bR\fdefenderDied\x12<\n" +
+	"\rattacker_seen\x18\a \x01(\v2\x17.overworld.play.FighterR\fattackerSeenB5Z3github.com/overworld-p2p/overworld/game/play/playpbb\x06proto3"
 
 var (
 	file_fight_proto_rawDescOnce sync.Once
@@ -355,11 +369,12 @@ var file_fight_proto_depIdxs = []int32{
 	1, // 2: overworld.play.Attack.result:type_name -> overworld.play.Result
 	0, // 3: overworld.play.Outcome.defender:type_name -> overworld.play.Fighter
 	1, // 4: overworld.play.Outcome.result:type_name -> overworld.play.Result
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	0, // 5: overworld.play.Outcome.attacker_seen:type_name -> overworld.play.Fighter
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_fight_proto_init() }
