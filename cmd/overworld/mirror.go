@@ -2,13 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	crand "crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -31,12 +37,18 @@ func mirrorCommand() command {
 Mirror mode is for a private network with IP multicast. One mirror is the
 authority (-authority): it starts the game and admits the others, which join
 through it over the multicast group and fetch the game state from it over
-TCP (-state-listen, -state-advertise). Every mirror must run the same world
+TCP (-state-listen, -state-advertise). The authority signs its decisions
+(admissions, drops, releases of a dropped mirror's players, the reference
+state hashes, state transfers) with the key in -authority-key, created on
+first start; it prints the public half, which every other mirror is given
+with -authority-public-key. Every mirror must run the same world
 (-world-size, -seed). Clients (overworld play -mirror ws://HOST:PORT/ws, and
 bots) connect to -listen, which also serves /metrics, /healthz and /readyz.
 Characters load from and save to the account server (-account) with the
 players' own tokens. SIGTERM or Ctrl-C lets every player leave (saved) first.`, out)
 		authority := fs.Bool("authority", false, "start the game as the group's authority (exactly one mirror)")
+		authorityKeyFile := fs.String("authority-key", "", "authority: its ed25519 signing key, PEM (default: mirror-authority.pem in -data-dir; created if missing)")
+		authorityPub := fs.String("authority-public-key", "", "the authority's public key, base64 (every mirror but the authority)")
 		transport := fs.String("crimp", "udp", "CRIMP transport: udp (IP multicast) or memory (a lone mirror, for trying it out)")
 		group := fs.String("multicast", "239.77.0.1:7777", "IPv4 multicast group and port of the mirror group")
 		iface := fs.String("interface", "", "network interface to multicast on (required with -crimp udp)")
@@ -80,6 +92,24 @@ players' own tokens. SIGTERM or Ctrl-C lets every player leave (saved) first.`, 
 			StateListen: *stateListen, StateAdvertise: *stateAdvertise,
 			AccountKey: pub, Characters: &mirror.AccountServer{URL: *accountURL, Key: pub, Game: g},
 			Logger: log,
+		}
+		if *authority {
+			path := *authorityKeyFile
+			if path == "" {
+				path = filepath.Join(*dataDir, "mirror-authority.pem")
+			}
+			if cfg.AuthorityKey, err = loadOrCreateAuthorityKey(path); err != nil {
+				return fmt.Errorf("-authority-key: %w", err)
+			}
+			fmt.Fprintf(out, "authority public key (give it to the other mirrors as -authority-public-key): %s\n",
+				token.EncodePublicKey(cfg.AuthorityKey.Public().(ed25519.PublicKey)))
+		} else {
+			if *authorityPub == "" {
+				return errors.New("-authority-public-key is required: the authority's key, which its decisions are checked with")
+			}
+			if cfg.AuthorityPublicKey, err = token.DecodePublicKey(*authorityPub); err != nil {
+				return fmt.Errorf("-authority-public-key: %w", err)
+			}
 		}
 		if *delays == "auto" {
 			cfg.AutoDelays = true
@@ -168,6 +198,50 @@ func accountPublicKey(ctx context.Context, url, flagValue string) ([]byte, error
 		return nil, fmt.Errorf("account server public key (or give -account-key): %w", err)
 	}
 	return pub, nil
+}
+
+// loadOrCreateAuthorityKey reads the authority's ed25519 key (PEM PKCS#8)
+// from path, or creates it there (mode 0600) if there is none.
+func loadOrCreateAuthorityKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		_, key, err := ed25519.GenerateKey(crand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := errors.Join(pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}), f.Sync(), f.Close()); err != nil {
+			os.Remove(path)
+			return nil, err
+		}
+		return key, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("%s: not a PEM PRIVATE KEY", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	key, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s: a %T, not an ed25519 key", path, k)
+	}
+	return key, nil
 }
 
 // parseDelays reads "0,50ms,150ms" (a bare 0 is allowed).

@@ -50,8 +50,8 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 			return err
 		}
 		if *mirrors != "" {
-			return runPlayMirror(ctx, out, playMirrorOptions{mirrors: *mirrors, accountURL: *accountURL, user: *user,
-				passwordFile: *passwordFile, register: *register, bot: *bot, seed: *seed, dataDir: *dataDir, httpAddr: *httpAddr, log: log})
+			return runPlayMirror(ctx, out, playMirrorOptions{mirrors: *mirrors, accountURL: *accountF.url, user: *accountF.user,
+				passwordFile: *accountF.passwordFile, register: *accountF.register, bot: *bot, seed: *worldF.seed, dataDir: *dataDir, httpAddr: *httpAddr, log: log})
 		}
 		boot, err := requireBootstrap(*bootstrapAddrs, "or try 'overworld demo'")
 		if err != nil {

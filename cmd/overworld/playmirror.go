@@ -61,7 +61,11 @@ func runPlayMirror(ctx context.Context, out io.Writer, o playMirrorOptions) erro
 	if err != nil {
 		return fmt.Errorf("-http: %w", err)
 	}
-	srv, err := webui.NewServer(page, webui.Options{Logger: o.log})
+	var secret string
+	if webui.NeedsSecret(o.httpAddr) {
+		secret = webui.NewSecret()
+	}
+	srv, err := webui.NewServer(page, webui.Options{Logger: o.log, Secret: secret})
 	if err != nil {
 		ln.Close()
 		return err
@@ -70,7 +74,7 @@ func runPlayMirror(ctx context.Context, out io.Writer, o playMirrorOptions) erro
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(serveCtx, ln) }()
 	fmt.Fprintf(out, "player %s playing through %d mirror(s)\n", o.user, len(urls))
-	fmt.Fprintf(out, "open http://%s in your browser (Ctrl-C stops)\n", ln.Addr())
+	fmt.Fprintf(out, "open %s in your browser (Ctrl-C stops)\n", webui.PageURL(ln.Addr(), secret))
 	err = page.Run(ctx) // returns when ctx ends; the mirror saves the character
 	stopServe()
 	if serr := <-served; err == nil && serr != nil && !errors.Is(serr, net.ErrClosed) {

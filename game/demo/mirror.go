@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net"
@@ -79,6 +80,9 @@ func StartMirror(ctx context.Context, cfg Config) (_ *MirrorDemo, err error) {
 		}
 		d.cfg.DataDir = d.tmp
 	}
+	if d.passwordKey, err = loadPasswordKey(d.cfg.DataDir); err != nil {
+		return nil, err
+	}
 	if err := d.startAccounts(ctx); err != nil {
 		return nil, err
 	}
@@ -100,9 +104,19 @@ func StartMirror(ctx context.Context, cfg Config) (_ *MirrorDemo, err error) {
 			md.net.SetLink(fmt.Sprintf("m%d", i+1), fmt.Sprintf("m%d", j+1), crimp.LinkParams{Delay: time.Millisecond, Jitter: 4 * time.Millisecond})
 		}
 	}
+	// The authority's signing key lives as long as the demo: its mirrors
+	// check the authority's decisions with the public half.
+	authPub, authKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return nil, fmt.Errorf("demo: mirror authority key: %w", err)
+	}
 	for i := range MirrorMirrors {
+		var key ed25519.PrivateKey
+		if i == 0 {
+			key = authKey
+		}
 		m, err := mirror.New(mirror.Config{
-			Game: g, Authority: i == 0, Transport: md.net.Endpoint(fmt.Sprintf("m%d", i+1)),
+			Game: g, Authority: i == 0, AuthorityKey: key, AuthorityPublicKey: authPub, Transport: md.net.Endpoint(fmt.Sprintf("m%d", i+1)),
 			AccountKey: pub, Characters: &mirror.AccountServer{URL: d.AccountsURL, Key: pub, Game: g},
 			DataDir: fmt.Sprintf("%s/mirror-%d", d.cfg.DataDir, i+1), SaveEvery: 15 * time.Second,
 			ReleaseAfter: 15 * time.Second, Logger: d.log.With("mirror", i+1),
@@ -216,7 +230,7 @@ func (md *MirrorDemo) account(ctx context.Context, name string, w *game.World, m
 	if err != nil {
 		return nil, nil, err
 	}
-	cl, err := mirror.Login(ctx, md.AccountsURL, name, randomPassword(), key, true)
+	cl, err := mirror.Login(ctx, md.AccountsURL, name, md.d.password(name), key, true)
 	if err != nil {
 		return nil, nil, fmt.Errorf("demo: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts/token"
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/game/tss"
 	"github.com/overworld-p2p/overworld/node/crimp"
 )
 
@@ -60,7 +61,7 @@ func rogue(t *testing.T, c *cluster) (*crimp.Member, uint32) {
 	for i := range c.mirrors {
 		c.net.SetLink("rogue", site(i), crimp.LinkParams{Delay: 5 * time.Millisecond})
 	}
-	node, err := crimp.New(crimp.Config{History: time.Second}, rand.New(rand.NewSource(99)))
+	node, err := crimp.New(crimp.Config{History: time.Second, AuthorityPublicKey: c.authPub()}, rand.New(rand.NewSource(99)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,5 +347,71 @@ func TestAdversarialInputFlood(t *testing.T) {
 		t.Fatalf("refused: %v", st.Refused)
 	}
 	t.Logf("refused %d coalesced and %d rate-limited inputs", st.Refused[refusedCoalesced], st.Refused[refusedRateLimited])
+	goesOn(t, c)
+}
+
+// TestAdversarialForgedAuthority: the authority's decisions at the mirror
+// layer (releases, the checkpoints a mismatching mirror resyncs to) count
+// only with its signature. CRIMP does not authenticate sender IDs, so a
+// member can get a payload delivered as the authority's (member 1's); the
+// test hands mirror 2 such deliveries directly, as CRIMP would, and also
+// has a real rogue member multicast a release of its own. Every one is
+// refused and counted; nobody is released, nobody resyncs.
+func TestAdversarialForgedAuthority(t *testing.T) {
+	c, ps := arena(t)
+	r, rid := rogue(t, c)
+	victimMirror := crimp.MemberID(2)
+	now := c.clock.Now().UnixNano()
+	release := Command{Command: game.Command{Stamp: now, Mirror: 1, Seq: 1 << 40}, Release: uint32(victimMirror)}
+	rm, err := commandMessage(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tick uint64
+	c.mirrors[1].Inspect(func(_, last *State) { tick = last.Tick() })
+	every := c.mirrors[1].sync.Config().CheckpointTicks
+	// A checkpoint the last state has not made yet: if it were believed,
+	// mirror 2 would find its own hash different from the authority's.
+	lie := checkpointMessage(tss.Checkpoint{Tick: (tick/every + 2) * every, Hash: [32]byte{0xba, 0xd}})
+	_, otherKey, err := ed25519.GenerateKey(c.rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	genuine := signedPeerMessage(c.authKey, rm) // as if recorded off the wire and replayed by another member
+	forgeries := []struct {
+		from    crimp.MemberID
+		payload []byte
+		reason  string
+	}{
+		{1, encode(rm), refusedAuthorityUnsigned},                                          // an unsigned release in the authority's name
+		{1, encode(lie), refusedAuthorityUnsigned},                                         // an unsigned checkpoint in its name
+		{1, signedPeerMessage(otherKey, rm), refusedAuthoritySignature},                    // signed with another key
+		{1, signedPeerMessage(otherKey, lie), refusedAuthoritySignature},                   // the same for a checkpoint
+		{crimp.MemberID(rid), genuine, refusedAuthorityUnsigned},                           // the authority's signed release, sent by another
+		{crimp.MemberID(rid), signedPeerMessage(c.authKey, lie), refusedAuthorityUnsigned}, // (a signed lie stands for a stolen key: refused from anyone but member 1)
+	}
+	for i, f := range forgeries {
+		before := c.mirrors[1].Metrics().Refused[f.reason]
+		c.clock.AfterFunc(0, func() {
+			c.mirrors[1].onDeliver(crimp.Delivery{Key: crimp.Key{Source: f.from, Seq: uint32(1000 + i)}, Payload: f.payload})
+		})
+		c.run(100 * time.Millisecond)
+		if after := c.mirrors[1].Metrics().Refused[f.reason]; after != before+1 {
+			t.Errorf("forgery %d from member %d: %s counted %d, then %d", i, f.from, f.reason, before, after)
+		}
+	}
+	// A real member multicasts an unsigned release of its own.
+	own := release
+	own.Mirror = rid
+	if err := r.Send(roguePayload(t, own)); err != nil {
+		t.Fatal(err)
+	}
+	c.run(time.Second)
+	refusedEverywhere(t, c, refusedAuthorityUnsigned)
+	for i := range c.mirrors {
+		if _, ok := playerIn(c, i, game.PlayerID(ps[1].account)); !ok {
+			t.Fatalf("mirror %d: the player of mirror 2 was released", i+1)
+		}
+	}
 	goesOn(t, c)
 }

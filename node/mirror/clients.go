@@ -223,6 +223,10 @@ func (l localLink) Close(reason string) {
 // ConnectLocal attaches a client to s.
 func ConnectLocal(s *Server, key crypto.PrivKey, tok string, clock crimp.Clock, delay time.Duration) *LocalClient {
 	c := &LocalClient{core: NewClientCore(key, tok), clock: clock, delay: delay}
+	// On a wall clock the challenge may arrive before Attach returns: the
+	// lock keeps its reply waiting for the connection.
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.conn = s.Attach(localLink{c})
 	return c
 }

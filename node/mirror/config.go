@@ -33,6 +33,15 @@ type Config struct {
 	// latencies this mirror observes (tss.Retuner); the last delay stays
 	// the group's.
 	AutoDelays bool
+	// AuthorityKey is the authority's ed25519 signing key (the authority
+	// only). CRIMP signs its membership decisions with it (admit, deny,
+	// drop), and the mirror its own: the release of a dropped mirror's
+	// players, the checkpoints other mirrors resync to, the state
+	// transfer.
+	AuthorityKey ed25519.PrivateKey
+	// AuthorityPublicKey checks those signatures: every mirror but the
+	// authority needs it (the authority's is taken from AuthorityKey).
+	AuthorityPublicKey ed25519.PublicKey
 	// MaxSkew bounds how far in the future a command's stamp may be and
 	// how far another mirror's clock may be from ours before /readyz fails
 	// (default 5 ms).
@@ -99,6 +108,9 @@ func (c Config) withDefaults() Config {
 	if len(c.Delays) == 0 {
 		c.Delays = DefaultDelays()
 	}
+	if len(c.AuthorityKey) == ed25519.PrivateKeySize && c.AuthorityPublicKey == nil {
+		c.AuthorityPublicKey = c.AuthorityKey.Public().(ed25519.PublicKey)
+	}
 	if c.MaxSkew == 0 {
 		c.MaxSkew = 5 * time.Millisecond
 	}
@@ -162,6 +174,16 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("game: %w", err))
 	} else if err := c.tssConfig(0).WithDefaults().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("delays: %w", err))
+	}
+	switch {
+	case c.Authority && len(c.AuthorityKey) != ed25519.PrivateKeySize:
+		errs = append(errs, fmt.Errorf("the authority needs an ed25519 AuthorityKey (%d bytes), got %d bytes", ed25519.PrivateKeySize, len(c.AuthorityKey)))
+	case !c.Authority && c.AuthorityKey != nil:
+		errs = append(errs, errors.New("AuthorityKey given to a mirror that is not the authority (give it AuthorityPublicKey)"))
+	case len(c.AuthorityPublicKey) != ed25519.PublicKeySize:
+		errs = append(errs, fmt.Errorf("AuthorityPublicKey of %d bytes, want an ed25519 public key (%d)", len(c.AuthorityPublicKey), ed25519.PublicKeySize))
+	case c.Authority && !c.AuthorityPublicKey.Equal(c.AuthorityKey.Public()):
+		errs = append(errs, errors.New("AuthorityPublicKey does not match AuthorityKey"))
 	}
 	if c.MaxSkew < 0 || c.MaxSkew > time.Second {
 		errs = append(errs, fmt.Errorf("MaxSkew %v outside [0, 1s]", c.MaxSkew))

@@ -1,6 +1,8 @@
 package mirror
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"testing"
 	"time"
 
@@ -63,13 +65,18 @@ func FuzzClientCore(f *testing.F) {
 	})
 }
 
+// fuzzAuthority is the authority's key in the fuzz targets.
+var fuzzAuthority = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+
 // FuzzDecodePeerMessage: a CRIMP payload either fails cleanly or decodes
-// to exactly one valid command or checkpoint.
+// to exactly one valid command or checkpoint; what decodes as signed is a
+// release or a checkpoint.
 func FuzzDecodePeerMessage(f *testing.F) {
+	release := Command{Command: game.Command{Stamp: 5, Mirror: 1, Seq: 3}, Release: 2}
 	for _, c := range []Command{
 		cmdOf(2, 1, game.CommandJoin, "ann"),
 		cmdOf(2, 2, game.CommandInput, "ann"),
-		{Command: game.Command{Stamp: 5, Mirror: 1, Seq: 3}, Release: 2},
+		release,
 	} {
 		pm, err := commandMessage(c)
 		if err != nil {
@@ -77,14 +84,22 @@ func FuzzDecodePeerMessage(f *testing.F) {
 		}
 		f.Add(encode(pm))
 	}
-	f.Add(checkpointMessage(tss.Checkpoint{Tick: 30, Hash: [32]byte{1}}))
+	cp := checkpointMessage(tss.Checkpoint{Tick: 30, Hash: [32]byte{1}})
+	f.Add(encode(cp))
+	f.Add(signedPeerMessage(fuzzAuthority, cp))
+	rm, _ := commandMessage(release)
+	f.Add(signedPeerMessage(fuzzAuthority, rm))
+	pub := fuzzAuthority.Public().(ed25519.PublicKey)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := decodePeerMessage(b)
+		m, err := decodePeerMessage(b, pub)
 		if err != nil {
 			return
 		}
 		if (m.command == nil) == (m.checkpoint == nil) {
 			t.Fatal("not exactly one of command and checkpoint")
+		}
+		if m.signed && m.command != nil && m.command.Release == 0 {
+			t.Fatal("a signed plain command decoded")
 		}
 		if m.command != nil && m.command.Release == 0 {
 			if _, err := m.command.Command.MarshalBinary(); err != nil {
@@ -105,8 +120,17 @@ func FuzzDecodeTransfer(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(b)
+	signed, err := signedTransfer(fuzzAuthority, b)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(signed)
 	f.Add([]byte{})
+	pub := fuzzAuthority.Public().(ed25519.PublicKey)
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if body, err := openTransfer(pub, b); err == nil {
+			b = body // as the mirror takes it: signed
+		}
 		tr, err := decodeTransfer(b, testGame())
 		if err != nil {
 			return

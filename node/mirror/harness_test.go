@@ -23,11 +23,13 @@ import (
 // whole runs take simulated time. Each mirror sits at its own site; links
 // between sites have the given delay, jitter and loss.
 type cluster struct {
-	t       testing.TB
-	clock   *crimp.SimClock
-	net     *crimp.MemNetwork
-	signer  ed25519.PrivateKey
-	pub     ed25519.PublicKey
+	t      testing.TB
+	clock  *crimp.SimClock
+	net    *crimp.MemNetwork
+	signer ed25519.PrivateKey
+	pub    ed25519.PublicKey
+	// authKey is the mirror authority's signing key.
+	authKey ed25519.PrivateKey
 	chars   *MemoryCharacters
 	game    game.Config
 	mirrors []*Server
@@ -69,8 +71,12 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, authKey, err := ed25519.GenerateKey(rng)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := &cluster{
-		t: t, clock: clock, net: crimp.NewMemNetwork(clock, o.seed), signer: priv, pub: pub,
+		t: t, clock: clock, net: crimp.NewMemNetwork(clock, o.seed), signer: priv, pub: pub, authKey: authKey,
 		chars: &MemoryCharacters{Key: pub}, game: testGame(), rng: rng,
 	}
 	for i := range o.mirrors {
@@ -101,6 +107,7 @@ func (c *cluster) addMirror(o clusterOpts, i int) *Server {
 		AccountKey: c.pub, Characters: c.chars, Logger: testLogger().With("mirror", i+1),
 		SaveEvery: 5 * time.Second, ReleaseAfter: 3 * time.Second, Seed: o.seed*100 + int64(i) + 1,
 	}
+	c.keys(&cfg)
 	if o.tweak != nil {
 		o.tweak(i, &cfg)
 	}
@@ -117,6 +124,16 @@ func (c *cluster) addMirror(o clusterOpts, i int) *Server {
 	c.runUntil(10*time.Second, fmt.Sprintf("mirror %d ready", i+1), s.Ready)
 	return s
 }
+
+// keys gives cfg the authority's key (the authority) or its public key.
+func (c *cluster) keys(cfg *Config) {
+	cfg.AuthorityPublicKey = c.authPub()
+	if cfg.Authority {
+		cfg.AuthorityKey = c.authKey
+	}
+}
+
+func (c *cluster) authPub() ed25519.PublicKey { return c.authKey.Public().(ed25519.PublicKey) }
 
 func (c *cluster) close() {
 	for _, s := range c.mirrors {

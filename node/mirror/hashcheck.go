@@ -96,8 +96,11 @@ func (s *Server) ownCheckpoint(cp tss.Checkpoint) {
 			}
 		}
 	}
-	if s.joined && s.id != 0 {
-		s.send(checkpointMessage(cp))
+	switch {
+	case s.cfg.Authority:
+		s.send(signedPeerMessage(s.cfg.AuthorityKey, checkpointMessage(cp)))
+	case s.joined && s.id != 0:
+		s.send(encode(checkpointMessage(cp)))
 	}
 }
 

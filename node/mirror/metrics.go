@@ -10,31 +10,33 @@ import (
 
 // Refusal reasons, as mirror_refused_total{reason} counts them.
 const (
-	refusedBadFrame       = "undecodable_frame"  // a client frame that does not decode or validate
-	refusedOversized      = "oversized_frame"    // a client frame over MaxClientFrame
-	refusedTextFrame      = "text_frame"         // a WebSocket text frame
-	refusedBadToken       = "bad_token"          // a token that does not verify for the key presented
-	refusedBadSignature   = "bad_signature"      // a hello not signed by the token's peer key
-	refusedBadKey         = "bad_key"            // a hello key that does not parse
-	refusedOutOfOrder     = "out_of_order_frame" // hello twice, input before hello, reauth before hello
-	refusedWrongPlayer    = "wrong_player"       // an input naming another player than the session's
-	refusedDuplicateInput = "duplicate_input"    // an input whose seq the session already had
-	refusedCoalesced      = "coalesced_input"    // a second input in one tick (the last one wins)
-	refusedRateLimited    = "rate_limited"       // frames beyond the session's rate
-	refusedSessionLimit   = "session_limit"      // a client beyond MaxSessions
-	refusedNotReady       = "not_ready"          // a client while the mirror has no state
-	refusedHelloTimeout   = "hello_timeout"      // no hello in time
-	refusedReauth         = "bad_reauth"         // a reauth for another account or key
-	refusedPayload        = "undecodable_payload"
-	refusedForged         = "forged_sender" // a command whose mirror is not its CRIMP sender
-	refusedFuture         = "future_stamp"  // a stamp beyond now + MaxSkew
-	refusedDuplicate      = "duplicate_command"
-	refusedTooLate        = "too_late"
-	refusedOverflow       = "overflow"
-	refusedNotIngress     = "not_ingress" // a command for a player from a mirror not its ingress (counted by the confirmed state)
-	refusedNotAuthority   = "release_not_authority"
-	refusedBuffer         = "join_buffer_full" // commands beyond the buffer kept while joining
-	refusedBeforeState    = "before_state"     // commands older than the state this mirror started from (recovered history)
+	refusedBadFrame           = "undecodable_frame"  // a client frame that does not decode or validate
+	refusedOversized          = "oversized_frame"    // a client frame over MaxClientFrame
+	refusedTextFrame          = "text_frame"         // a WebSocket text frame
+	refusedBadToken           = "bad_token"          // a token that does not verify for the key presented
+	refusedBadSignature       = "bad_signature"      // a hello not signed by the token's peer key
+	refusedBadKey             = "bad_key"            // a hello key that does not parse
+	refusedOutOfOrder         = "out_of_order_frame" // hello twice, input before hello, reauth before hello
+	refusedWrongPlayer        = "wrong_player"       // an input naming another player than the session's
+	refusedDuplicateInput     = "duplicate_input"    // an input whose seq the session already had
+	refusedCoalesced          = "coalesced_input"    // a second input in one tick (the last one wins)
+	refusedRateLimited        = "rate_limited"       // frames beyond the session's rate
+	refusedSessionLimit       = "session_limit"      // a client beyond MaxSessions
+	refusedNotReady           = "not_ready"          // a client while the mirror has no state
+	refusedHelloTimeout       = "hello_timeout"      // no hello in time
+	refusedReauth             = "bad_reauth"         // a reauth for another account or key
+	refusedPayload            = "undecodable_payload"
+	refusedForged             = "forged_sender" // a command whose mirror is not its CRIMP sender
+	refusedFuture             = "future_stamp"  // a stamp beyond now + MaxSkew
+	refusedDuplicate          = "duplicate_command"
+	refusedTooLate            = "too_late"
+	refusedOverflow           = "overflow"
+	refusedNotIngress         = "not_ingress" // a command for a player from a mirror not its ingress (counted by the confirmed state)
+	refusedNotAuthority       = "release_not_authority"
+	refusedAuthoritySignature = "authority_bad_signature" // a signed message whose signature does not verify with the authority's key
+	refusedAuthorityUnsigned  = "authority_unsigned"      // a release or authority checkpoint without its signature, or signed but sent by another mirror
+	refusedBuffer             = "join_buffer_full"        // commands beyond the buffer kept while joining
+	refusedBeforeState        = "before_state"            // commands older than the state this mirror started from (recovered history)
 )
 
 // metrics are the server's counters, as atomics (tests and the status

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -254,6 +255,15 @@ func runNetnsMember(spec netnsSpec) (rep netnsReport) {
 		return fail(err)
 	}
 	signer := ed25519.NewKeyFromSeed(spec.Signer)
+	// The authority's key from the same seed, changed: every member
+	// derives the public half, only the authority keeps the private one.
+	authSeed := slices.Clone(spec.Signer)
+	authSeed[0] ^= 0xff
+	authKey := ed25519.NewKeyFromSeed(authSeed)
+	authPub := authKey.Public().(ed25519.PublicKey)
+	if spec.Index != 1 {
+		authKey = nil
+	}
 	pub := signer.Public().(ed25519.PublicKey)
 	cc := crimp.DefaultConfig()
 	cc.History, cc.FEC, cc.SessionInterval, cc.JoinTimeout = time.Second, 3, 100*time.Millisecond, 50*time.Millisecond
@@ -261,6 +271,7 @@ func runNetnsMember(spec netnsSpec) (rep netnsReport) {
 		Game: testGame(), Authority: spec.Index == 1, Delays: lossyDelays, CRIMP: cc, Transport: tr,
 		StateListen: spec.Authority + ":7400", AccountKey: pub, Characters: &MemoryCharacters{Key: pub},
 		Logger: testLogger().With("mirror", spec.Index), Seed: spec.Seed,
+		AuthorityKey: authKey, AuthorityPublicKey: authPub,
 	})
 	if err != nil {
 		return fail(err)

@@ -25,6 +25,9 @@ import (
 // synchronizer is the mirror's TSS.
 type synchronizer = tss.Synchronizer[*State, Command, game.TickRecord]
 
+// authorityID is the authority's CRIMP member ID: it starts the group.
+const authorityID crimp.MemberID = 1
+
 // maxBuffered bounds the commands a joining mirror keeps while its state
 // transfer is in flight.
 const maxBuffered = 1 << 16
@@ -129,13 +132,14 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Start() error {
 	cc := s.cfg.CRIMP
 	cc.Peers, cc.ID, cc.Authority = nil, 0, false
+	cc.AuthorityKey, cc.AuthorityPublicKey = nil, s.cfg.AuthorityPublicKey
 	if s.cfg.Authority {
 		ln, err := net.Listen("tcp", s.cfg.StateListen)
 		if err != nil {
 			return fmt.Errorf("mirror state transfer: %w", err)
 		}
 		s.stateLn = ln
-		cc.ID, cc.Authority = 1, true
+		cc.ID, cc.Authority, cc.AuthorityKey = authorityID, true, s.cfg.AuthorityKey
 		cc.StateAddr = s.cfg.StateAdvertise
 		if cc.StateAddr == "" {
 			cc.StateAddr = ln.Addr().String()
@@ -182,7 +186,8 @@ func (s *Server) Start() error {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if err := crimp.ServeState(s.ctx, s.stateLn, s.serveState, s.log.With("part", "state")); err != nil {
+			sc := crimp.StateServerConfig{Snapshot: s.serveState, Metrics: node.Metrics(), Logger: s.log.With("part", "state")}
+			if err := crimp.ServeState(s.ctx, s.stateLn, sc); err != nil {
 				s.log.Error("state transfer server stopped", "err", err)
 			}
 		}()
@@ -493,7 +498,11 @@ func (s *Server) issue(cmd Command, now time.Time) {
 		s.log.Error("cannot encode own command", "cmd", cmd, "err", err)
 		return
 	}
-	s.send(encode(pm))
+	if cmd.Release != 0 {
+		s.send(signedPeerMessage(s.cfg.AuthorityKey, pm)) // only the authority releases
+	} else {
+		s.send(encode(pm))
+	}
 	s.m.commandsSent.Add(1)
 }
 
@@ -522,10 +531,23 @@ func (s *Server) onDeliver(d crimp.Delivery) {
 		if s.closed {
 			return
 		}
-		msg, err := decodePeerMessage(d.Payload)
+		msg, err := decodePeerMessage(d.Payload, s.cfg.AuthorityPublicKey)
+		if errors.Is(err, errBadAuthoritySignature) {
+			s.m.refuse(refusedAuthoritySignature)
+			s.log.Warn("a message in the authority's name without its signature", "from", d.Source)
+			return
+		}
 		if err != nil {
 			s.m.refuse(refusedPayload)
 			s.log.Debug("undecodable payload", "from", d.Source, "err", err)
+			return
+		}
+		fromAuthority := d.Source == authorityID
+		if msg.checkpoint != nil && msg.signed != fromAuthority || msg.command != nil && msg.command.Release != 0 && !(msg.signed && fromAuthority) {
+			// Releases and the authority's checkpoints are signed by it;
+			// no other mirror takes those decisions (or replays them).
+			s.m.refuse(refusedAuthorityUnsigned)
+			s.log.Warn("a release or an authority checkpoint not signed by the authority, or signed but not sent by it", "from", d.Source, "signed", msg.signed)
 			return
 		}
 		if msg.checkpoint != nil {
@@ -646,12 +668,15 @@ func (s *Server) fetch(resync bool) {
 	if resync {
 		s.resyncing, s.lastSync = true, s.clock.Now()
 	}
-	gcfg := s.cfg.Game
+	gcfg, pub := s.cfg.Game, s.cfg.AuthorityPublicKey
 	s.spawn(func() {
 		var t transfer
 		err := crimp.FetchState(s.ctx, addr, id, func(r io.Reader) error {
 			b, err := io.ReadAll(io.LimitReader(r, crimp.MaxStateSize))
 			if err != nil {
+				return err
+			}
+			if b, err = openTransfer(pub, b); err != nil {
 				return err
 			}
 			t, err = decodeTransfer(b, gcfg)
@@ -746,6 +771,9 @@ func (s *Server) serveState(ctx context.Context, member crimp.MemberID, w io.Wri
 	}
 	b, err := encodeTransfer(uint32(s.id), cfg, st, pending, now)
 	if err != nil {
+		return err
+	}
+	if b, err = signedTransfer(s.cfg.AuthorityKey, b); err != nil {
 		return err
 	}
 	s.log.Info("serving the state", "to", member, "tick", st.Tick(), "pending", len(pending), "bytes", len(b))

@@ -217,7 +217,8 @@ func TestClockSkew(t *testing.T) {
 	cc := crimp.DefaultConfig()
 	cc.History = time.Second
 	fast, err := New(Config{Game: c.game, CRIMP: cc, Transport: c.net.Endpoint(site(1)), Clock: offsetClock{c.clock, off},
-		Spawn: func(f func()) { c.clock.AfterFunc(0, f) }, AccountKey: c.pub, Characters: c.chars, Logger: testLogger(), Seed: 9})
+		Spawn: func(f func()) { c.clock.AfterFunc(0, f) }, AccountKey: c.pub, Characters: c.chars, Logger: testLogger(), Seed: 9,
+		AuthorityPublicKey: c.authPub()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"slices"
@@ -221,15 +222,17 @@ func encode(m proto.Message) []byte {
 	return b
 }
 
-// peerMessage is a decoded and validated CRIMP payload: exactly one of the
-// three.
+// peerMessage is a decoded and validated CRIMP payload: a command (or
+// release) or a checkpoint. signed says the authority signed it.
 type peerMessage struct {
 	command    *Command
 	checkpoint *tss.Checkpoint
+	signed     bool
 }
 
-// decodePeerMessage parses a CRIMP payload from member from.
-func decodePeerMessage(b []byte) (peerMessage, error) {
+// decodePeerMessage parses a CRIMP payload; a signed one must verify with
+// the authority's public key pub and hold a release or a checkpoint.
+func decodePeerMessage(b []byte, pub ed25519.PublicKey) (peerMessage, error) {
 	if len(b) > crimp.MaxPayload {
 		return peerMessage{}, fmt.Errorf("payload of %d bytes, limit %d", len(b), crimp.MaxPayload)
 	}
@@ -237,7 +240,26 @@ func decodePeerMessage(b []byte) (peerMessage, error) {
 	if err := proto.Unmarshal(b, &m); err != nil {
 		return peerMessage{}, fmt.Errorf("decode payload: %w", err)
 	}
-	return peerMessageFromProto(&m)
+	s, ok := m.Body.(*mirrorpb.PeerMessage_Signed)
+	if !ok {
+		return peerMessageFromProto(&m)
+	}
+	body, err := openAuthority(pub, s.Signed)
+	if err != nil {
+		return peerMessage{}, err
+	}
+	var inner mirrorpb.PeerMessage
+	if err := proto.Unmarshal(body, &inner); err != nil {
+		return peerMessage{}, fmt.Errorf("decode signed payload: %w", err)
+	}
+	switch inner.Body.(type) {
+	case *mirrorpb.PeerMessage_Release, *mirrorpb.PeerMessage_Checkpoint:
+	default:
+		return peerMessage{}, errors.New("the authority signs only releases and checkpoints")
+	}
+	msg, err := peerMessageFromProto(&inner)
+	msg.signed = err == nil
+	return msg, err
 }
 
 func peerMessageFromProto(m *mirrorpb.PeerMessage) (peerMessage, error) {
@@ -281,10 +303,10 @@ func commandMessage(c Command) (*mirrorpb.PeerMessage, error) {
 	return &mirrorpb.PeerMessage{Body: &mirrorpb.PeerMessage_Command{Command: b}}, nil
 }
 
-func checkpointMessage(cp tss.Checkpoint) []byte {
-	return encode(&mirrorpb.PeerMessage{Body: &mirrorpb.PeerMessage_Checkpoint{Checkpoint: &mirrorpb.Checkpoint{
+func checkpointMessage(cp tss.Checkpoint) *mirrorpb.PeerMessage {
+	return &mirrorpb.PeerMessage{Body: &mirrorpb.PeerMessage_Checkpoint{Checkpoint: &mirrorpb.Checkpoint{
 		Tick: cp.Tick, Hash: slices.Clone(cp.Hash[:]),
-	}}})
+	}}}
 }
 
 // transfer is a decoded state transfer.

@@ -101,14 +101,22 @@ func startWallGroup(t testing.TB, n int, acct accountServer) *wallGroup {
 	clock := crimp.WallClock{}
 	mn := crimp.NewMemNetwork(clock, 1)
 	g := &wallGroup{game: testGame()}
+	authPub, authKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range n {
 		for j := range i {
 			mn.SetLink(site(i), site(j), crimp.LinkParams{Delay: time.Millisecond})
 		}
 	}
 	for i := range n {
+		var key ed25519.PrivateKey
+		if i == 0 {
+			key = authKey
+		}
 		s, err := New(Config{
-			Game: g.game, Authority: i == 0, Transport: mn.Endpoint(site(i)),
+			Game: g.game, Authority: i == 0, Transport: mn.Endpoint(site(i)), AuthorityKey: key, AuthorityPublicKey: authPub,
 			Delays:     []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond},
 			AccountKey: acct.pub, Characters: &AccountServer{URL: acct.url, Key: acct.pub, Game: g.game},
 			Logger: testLogger().With("mirror", i+1), DataDir: t.TempDir(),

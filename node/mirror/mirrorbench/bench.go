@@ -187,6 +187,10 @@ func runOne(cfg Config, n int) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
+	authPub, authKey, err := ed25519.GenerateKey(rng)
+	if err != nil {
+		return Row{}, err
+	}
 	chars := &mirror.MemoryCharacters{Key: pub}
 	mnet := crimp.NewMemNetwork(clock, cfg.Seed)
 	defer mnet.Close()
@@ -203,8 +207,12 @@ func runOne(cfg Config, n int) (Row, error) {
 		cc := crimp.DefaultConfig()
 		cc.FEC = cfg.FEC
 		ep := mnet.Endpoint(fmt.Sprintf("m%d", i+1))
+		var key ed25519.PrivateKey
+		if i == 0 {
+			key = authKey
+		}
 		m, err := mirror.New(mirror.Config{
-			Game: cfg.World, Authority: i == 0, CRIMP: cc, Transport: ep, Clock: clock,
+			Game: cfg.World, Authority: i == 0, AuthorityKey: key, AuthorityPublicKey: authPub, CRIMP: cc, Transport: ep, Clock: clock,
 			Spawn: func(f func()) { clock.AfterFunc(0, f) }, AccountKey: pub, Characters: chars,
 			FrameTicks: cfg.FrameTicks, Logger: log, Seed: cfg.Seed*10 + int64(i) + 1,
 		})

@@ -32,6 +32,7 @@ type PeerMessage struct {
 	//	*PeerMessage_Command
 	//	*PeerMessage_Release
 	//	*PeerMessage_Checkpoint
+	//	*PeerMessage_Signed
 	Body          isPeerMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -101,6 +102,15 @@ func (x *PeerMessage) GetCheckpoint() *Checkpoint {
 	return nil
 }
 
+func (x *PeerMessage) GetSigned() *Signed {
+	if x != nil {
+		if x, ok := x.Body.(*PeerMessage_Signed); ok {
+			return x.Signed
+		}
+	}
+	return nil
+}
+
 type isPeerMessage_Body interface {
 	isPeerMessage_Body()
 }
@@ -117,11 +127,75 @@ type PeerMessage_Checkpoint struct {
 	Checkpoint *Checkpoint `protobuf:"bytes,3,opt,name=checkpoint,proto3,oneof"`
 }
 
+type PeerMessage_Signed struct {
+	Signed *Signed `protobuf:"bytes,4,opt,name=signed,proto3,oneof"` // the authority's release or checkpoint
+}
+
 func (*PeerMessage_Command) isPeerMessage_Body() {}
 
 func (*PeerMessage_Release) isPeerMessage_Body() {}
 
 func (*PeerMessage_Checkpoint) isPeerMessage_Body() {}
+
+func (*PeerMessage_Signed) isPeerMessage_Body() {}
+
+// Signed is a decision of the authority: an encoded PeerMessage (a release
+// or a checkpoint; never another Signed) or Transfer, and the authority's
+// ed25519 signature over the context string "overworld/mirror-authority/1",
+// a zero byte and the message. CRIMP's sender IDs are the sender's own
+// claim; the signature is what makes a release or the reference hash the
+// authority's. The state transfer is served as a Signed Transfer.
+type Signed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Message       []byte                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"` // 64 bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Signed) Reset() {
+	*x = Signed{}
+	mi := &file_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Signed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Signed) ProtoMessage() {}
+
+func (x *Signed) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Signed.ProtoReflect.Descriptor instead.
+func (*Signed) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Signed) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *Signed) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
 
 // Release is the authority telling every mirror to take out the players
 // whose ingress mirror was dropped and who did not come back elsewhere.
@@ -138,7 +212,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -150,7 +224,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -163,7 +237,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{1}
+	return file_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Release) GetStamp() int64 {
@@ -205,7 +279,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +291,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +304,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Checkpoint) GetTick() uint64 {
@@ -258,7 +332,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -270,7 +344,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -283,7 +357,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Owner) GetPlayer() string {
@@ -314,7 +388,7 @@ type MirrorState struct {
 
 func (x *MirrorState) Reset() {
 	*x = MirrorState{}
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +400,7 @@ func (x *MirrorState) String() string {
 func (*MirrorState) ProtoMessage() {}
 
 func (x *MirrorState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +413,7 @@ func (x *MirrorState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MirrorState.ProtoReflect.Descriptor instead.
 func (*MirrorState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MirrorState) GetWorld() []byte {
@@ -390,7 +464,7 @@ type Transfer struct {
 
 func (x *Transfer) Reset() {
 	*x = Transfer{}
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +476,7 @@ func (x *Transfer) String() string {
 func (*Transfer) ProtoMessage() {}
 
 func (x *Transfer) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +489,7 @@ func (x *Transfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transfer.ProtoReflect.Descriptor instead.
 func (*Transfer) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Transfer) GetVersion() uint32 {
@@ -493,14 +567,18 @@ var File_peer_proto protoreflect.FileDescriptor
 const file_peer_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"peer.proto\x12\x13overworld.mirror.v1\"\xae\x01\n" +
+	"peer.proto\x12\x13overworld.mirror.v1\"\xe5\x01\n" +
 	"\vPeerMessage\x12\x1a\n" +
 	"\acommand\x18\x01 \x01(\fH\x00R\acommand\x128\n" +
 	"\arelease\x18\x02 \x01(\v2\x1c.overworld.mirror.v1.ReleaseH\x00R\arelease\x12A\n" +
 	"\n" +
 	"checkpoint\x18\x03 \x01(\v2\x1f.overworld.mirror.v1.CheckpointH\x00R\n" +
-	"checkpointB\x06\n" +
-	"\x04body\"c\n" +
+	"checkpoint\x125\n" +
+	"\x06signed\x18\x04 \x01(\v2\x1b.overworld.mirror.v1.SignedH\x00R\x06signedB\x06\n" +
+	"\x04body\"@\n" +
+	"\x06Signed\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\fR\amessage\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"c\n" +
 	"\aRelease\x12\x14\n" +
 	"\x05stamp\x18\x01 \x01(\x03R\x05stamp\x12\x16\n" +
 	"\x06mirror\x18\x02 \x01(\rR\x06mirror\x12\x10\n" +
@@ -544,26 +622,28 @@ func file_peer_proto_rawDescGZIP() []byte {
 	return file_peer_proto_rawDescData
 }
 
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_peer_proto_goTypes = []any{
 	(*PeerMessage)(nil), // 0: overworld.mirror.v1.PeerMessage
-	(*Release)(nil),     // 1: overworld.mirror.v1.Release
-	(*Checkpoint)(nil),  // 2: overworld.mirror.v1.Checkpoint
-	(*Owner)(nil),       // 3: overworld.mirror.v1.Owner
-	(*MirrorState)(nil), // 4: overworld.mirror.v1.MirrorState
-	(*Transfer)(nil),    // 5: overworld.mirror.v1.Transfer
+	(*Signed)(nil),      // 1: overworld.mirror.v1.Signed
+	(*Release)(nil),     // 2: overworld.mirror.v1.Release
+	(*Checkpoint)(nil),  // 3: overworld.mirror.v1.Checkpoint
+	(*Owner)(nil),       // 4: overworld.mirror.v1.Owner
+	(*MirrorState)(nil), // 5: overworld.mirror.v1.MirrorState
+	(*Transfer)(nil),    // 6: overworld.mirror.v1.Transfer
 }
 var file_peer_proto_depIdxs = []int32{
-	1, // 0: overworld.mirror.v1.PeerMessage.release:type_name -> overworld.mirror.v1.Release
-	2, // 1: overworld.mirror.v1.PeerMessage.checkpoint:type_name -> overworld.mirror.v1.Checkpoint
-	3, // 2: overworld.mirror.v1.MirrorState.owners:type_name -> overworld.mirror.v1.Owner
-	4, // 3: overworld.mirror.v1.Transfer.state:type_name -> overworld.mirror.v1.MirrorState
-	0, // 4: overworld.mirror.v1.Transfer.pending:type_name -> overworld.mirror.v1.PeerMessage
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	2, // 0: overworld.mirror.v1.PeerMessage.release:type_name -> overworld.mirror.v1.Release
+	3, // 1: overworld.mirror.v1.PeerMessage.checkpoint:type_name -> overworld.mirror.v1.Checkpoint
+	1, // 2: overworld.mirror.v1.PeerMessage.signed:type_name -> overworld.mirror.v1.Signed
+	4, // 3: overworld.mirror.v1.MirrorState.owners:type_name -> overworld.mirror.v1.Owner
+	5, // 4: overworld.mirror.v1.Transfer.state:type_name -> overworld.mirror.v1.MirrorState
+	0, // 5: overworld.mirror.v1.Transfer.pending:type_name -> overworld.mirror.v1.PeerMessage
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -575,6 +655,7 @@ func file_peer_proto_init() {
 		(*PeerMessage_Command)(nil),
 		(*PeerMessage_Release)(nil),
 		(*PeerMessage_Checkpoint)(nil),
+		(*PeerMessage_Signed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -582,7 +663,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
