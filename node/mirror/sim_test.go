@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -107,21 +108,61 @@ func TestMidGameJoin(t *testing.T) {
 	t.Logf("%d checkpoints agree since the join", n)
 }
 
+// watchedSaves calls onSave with every character saved, before saving it.
+type watchedSaves struct {
+	Characters
+	onSave func(tok string, ch game.Character)
+}
+
+func (w *watchedSaves) Save(ctx context.Context, tok string, ch game.Character, version int64) (int64, error) {
+	w.onSave(tok, ch)
+	return w.Characters.Save(ctx, tok, ch, version)
+}
+
 // TestKilledMirrorPlayersReconnect: a mirror dies; the authority drops it
 // at 3/4 of CRIMP's history; a player who reconnects to another mirror
 // within the grace period finds its character as the world has it (not a
-// fresh one); a player who does not is released from the world; and when
-// the reconnected player leaves, its character is saved from the last
+// fresh one); a player who does not is released from the world, and when
+// it comes back later it gets the character the dead mirror saved to the
+// account server, which was its last trailing state's; and when the
+// reconnected player leaves, its character is saved from the last
 // trailing state.
 func TestKilledMirrorPlayersReconnect(t *testing.T) {
+	var m3 *Server
+	var bob player
+	var bobSaves, unlikeLeading int
 	o := clusterOpts{mirrors: 3, link: crimp.LinkParams{Delay: 5 * time.Millisecond, Jitter: 10 * time.Millisecond},
 		delays: []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond}, history: time.Second, seed: 3,
-		tweak: func(_ int, c *Config) { c.ReleaseAfter = 10 * time.Second }}
+		tweak: func(i int, c *Config) {
+			c.ReleaseAfter = 10 * time.Second
+			if i != 2 {
+				return
+			}
+			// Every save mirror 3 makes of bob (periodic, every 5 s) is
+			// his character in its last state at that moment.
+			c.Characters = &watchedSaves{Characters: c.Characters, onSave: func(tok string, ch game.Character) {
+				if tok != bob.tok {
+					return
+				}
+				bobSaves++
+				m3.Inspect(func(leading, last *State) {
+					p, _ := last.World().Player(game.PlayerID(bob.account))
+					if want := game.CharacterOf(p); ch != want {
+						t.Errorf("mirror 3 saved bob as %+v; its last state has %+v", ch, want)
+					}
+					if p, _ := leading.World().Player(game.PlayerID(bob.account)); game.CharacterOf(p) != ch {
+						unlikeLeading++
+					}
+				})
+			}}
+		}}
 	c := newCluster(t, o)
+	m3 = c.mirrors[2]
 	for i := range 2 {
 		c.bot(i, c.player(fmt.Sprintf("steady%d", i)), uint64(i))
 	}
-	ann, bob := c.player("ann"), c.player("bob")
+	ann := c.player("ann")
+	bob = c.player("bob")
 	annC := c.bot(2, ann, 11)
 	c.bot(2, bob, 12)
 	c.run(30 * time.Second)
@@ -142,7 +183,13 @@ func TestKilledMirrorPlayersReconnect(t *testing.T) {
 	}
 	start := c.clock.Now()
 	c.runUntil(5*time.Second, "the authority to drop mirror 3", dropped)
-	t.Logf("mirror 3 dropped %v after it died (3/4 of the 1 s history is 750 ms)", c.clock.Now().Sub(start))
+	// Simulated time: the bound is exact up to the last session packet
+	// mirror 3 sent before it died and the polling step.
+	silent := c.clock.Now().Sub(start)
+	t.Logf("mirror 3 dropped %v after it died (3/4 of the 1 s history is 750 ms)", silent)
+	if silent < 750*time.Millisecond-crimp.DefaultConfig().SessionInterval || silent > time.Second {
+		t.Fatalf("mirror 3 dropped %v after it died, not at 3/4 of the 1 s history", silent)
+	}
 
 	// Ann reconnects to mirror 2 within the grace period.
 	ann.tok = c.token(ann, c.clock.Now(), time.Hour)
@@ -174,6 +221,19 @@ func TestKilledMirrorPlayersReconnect(t *testing.T) {
 	if n := c.mirrors[0].Metrics(); n.Resyncs != 0 {
 		t.Fatalf("resyncs %d", n.Resyncs)
 	}
+	// Bob comes back (to mirror 1): his character is what mirror 3 last
+	// saved to the account server, from its last trailing state.
+	if bobSaves == 0 || unlikeLeading == 0 {
+		t.Fatalf("mirror 3 saved bob %d times, %d of them unlike the leading state: the test shows nothing", bobSaves, unlikeLeading)
+	}
+	saved, version := c.chars.Get(bob.account)
+	bob.tok = c.token(bob, c.clock.Now(), time.Hour)
+	bobAgain := c.connect(0, bob)
+	c.runUntil(5*time.Second, "bob back", func() bool { return bobAgain.View().HasSelf })
+	if v := bobAgain.View(); !v.Restored || v.Self.Score != saved.Score || v.Self.Skill != saved.Skill || v.Self.Pos != saved.Pos {
+		t.Fatalf("bob came back as %+v (restored %v); mirror 3 saved %+v (version %d)", v.Self, v.Restored, saved, version)
+	}
+	t.Logf("bob: %d saves by mirror 3, all from its last state (%d differ from its leading state); back on mirror 1 as saved", bobSaves, unlikeLeading)
 
 	// Ann plays a little on mirror 2, stops, then leaves: her character
 	// is saved as the last state has it at the tick before her leave.
@@ -186,7 +246,7 @@ func TestKilledMirrorPlayersReconnect(t *testing.T) {
 	_, v0 := c.chars.Get(ann.account)
 	c.clock.AfterFunc(0, again.conn.Closed)
 	c.runUntil(5*time.Second, "ann's save", func() bool { _, v := c.chars.Get(ann.account); return v > v0 })
-	saved, _ := c.chars.Get(ann.account)
+	saved, _ = c.chars.Get(ann.account)
 	want := game.CharacterOf(last)
 	if saved.Pos != want.Pos || saved.Score != want.Score || saved.Skill != want.Skill || abs64(int64(saved.Hunger-want.Hunger)) > 1 || abs64(int64(saved.Health-want.Health)) > 1 {
 		t.Fatalf("saved %+v, the last state had %+v", saved, want)
