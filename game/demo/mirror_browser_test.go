@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/webui/browsertest"
 )
 
@@ -17,7 +18,8 @@ import (
 // six bots), loads the page in headless Chromium and checks that it shows
 // the mirror the player is on (2), the mirror's rollbacks and the mirrors'
 // hash agreement, that the player walks, and that when mirror 2 dies the
-// page moves to mirror 3 with the character as it was. The screenshot
+// page moves to another mirror with the character as it was (positions
+// within the weak margin). The screenshot
 // goes to $OVERWORLD_SCREENSHOT if set.
 func TestBrowserPlaysMirrorDemo(t *testing.T) {
 	ctx := browsertest.Start(t)
@@ -61,12 +63,12 @@ func TestBrowserPlaysMirrorDemo(t *testing.T) {
 		const c = document.getElementById('world');
 		return c && c.width > 0 && o.view && o.view.players.length >= 3 ? String(o.view.players.length) : ''; })()`)
 	t.Logf("the page shows %s other players", others)
-	onMirror := func(m string) string {
+	onMirror := func(is string) string {
 		return `(() => { const d = document.getElementById('status').dataset;
-			return d.connected === 'true' && d.mirror === '` + m + `' && d.agreeing === 'true' && Number(d.checkpoint) > 0 ?
+			return d.connected === 'true' && d.mirror ` + is + ` && d.agreeing === 'true' && Number(d.checkpoint) > 0 ?
 				document.getElementById('status').textContent : ''; })()`
 	}
-	line := poll(30*time.Second, "mirror 2 with agreeing hashes", onMirror("2"))
+	line := poll(30*time.Second, "mirror 2 with agreeing hashes", onMirror("=== '2'"))
 	t.Logf("status line: %s", line)
 
 	status := `(() => { const d = document.getElementById('status').dataset;
@@ -115,11 +117,20 @@ func TestBrowserPlaysMirrorDemo(t *testing.T) {
 	before := readSelf()
 	d.Kill(1)
 	t.Logf("killed mirror 2 with the player at (%d,%d), score %d, skill %d", before.X, before.Y, before.Score, before.Skill)
-	line = poll(30*time.Second, "the page on mirror 3", onMirror("3"))
+	// The page tries mirror 3 next, and mirror 1 after it should mirror 3
+	// turn it away (not ready: on a loaded machine its clock-skew alarm may
+	// be up for a moment).
+	line = poll(30*time.Second, "the page on another mirror", onMirror("!== '2'"))
 	t.Logf("status line: %s", line)
 	after := readSelf()
-	if after != before {
-		t.Fatalf("on mirror 3 the player is %+v, it was %+v on mirror 2", after, before)
+	// Positions are weakly consistent: a leading state may keep a move
+	// that differs from the trailing states' by up to the synchronizer's
+	// margin without rolling back (the page shows mirror 2's leading state
+	// before, the new mirror's after). Score and skill are exact.
+	margin := game.TileUnits / 4
+	abs := func(v int) int { return max(v, -v) }
+	if after.Score != before.Score || after.Skill != before.Skill || abs(after.X-before.X) > margin || abs(after.Y-before.Y) > margin {
+		t.Fatalf("on the new mirror the player is %+v, it was %+v on mirror 2", after, before)
 	}
 
 	png, err := chromedp.Run(deadline, chromedp.CaptureScreenshot())
