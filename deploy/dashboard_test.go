@@ -23,10 +23,10 @@ import (
 	"github.com/overworld-p2p/overworld/bootstrap/master"
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
-	"github.com/overworld-p2p/overworld/game/tss"
 	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/node"
 	"github.com/overworld-p2p/overworld/node/crimp"
+	"github.com/overworld-p2p/overworld/node/mirror"
 )
 
 type dashboard struct {
@@ -299,10 +299,28 @@ func serviceRegistries(t *testing.T) map[string]*prometheus.Registry {
 	}
 	regs["master"] = reg
 
-	// overworld mirror (not merged yet): the server registers its TSS
-	// synchronizer's and its CRIMP node's collectors, without labels.
+	// overworld mirror -authority: the server (its own, TSS and CRIMP
+	// collectors), started alone on an in-memory CRIMP network.
 	reg = processRegistry()
-	reg.MustRegister(new(tss.Metrics).Collector(nil), new(crimp.Metrics).Collector(nil))
+	_, authorityKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := game.DefaultConfig()
+	cfg := mirror.Config{
+		Game: g, Authority: true, AuthorityKey: authorityKey, DataDir: t.TempDir(), StateListen: "127.0.0.1:0",
+		AccountKey: key.Public().(ed25519.PublicKey), Characters: &mirror.AccountServer{URL: "http://127.0.0.1:1", Key: key.Public().(ed25519.PublicKey), Game: g},
+		CRIMP: crimp.DefaultConfig(), Transport: crimp.NewMemNetwork(crimp.WallClock{}, 1).Endpoint("local"),
+		Logger: log, Registerer: reg,
+	}
+	m, err := mirror.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
 	regs["mirror"] = reg
 	return regs
 }

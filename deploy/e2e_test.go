@@ -184,14 +184,9 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 	}
 	n.checkPlaying(4)
 
-	// Mirrors, once the binary has them: the authority with its key from
-	// the Secret, a mirror with the public half from the ConfigMap, both
-	// multicasting on the loopback interface as they would on the LAN.
-	if exec.Command(bin, "help", "mirror").Run() != nil {
-		t.Log("this overworld has no mirror subcommand yet: mirrors not run")
-		n.stopAll()
-		return
-	}
+	// Mirrors: the authority with its key from the Secret, a mirror with
+	// the public half from the ConfigMap, both multicasting on the
+	// loopback interface as they would on the LAN.
 	_, authKey, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -228,8 +223,7 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 // deploy/README.md: start the bootstrap node, read its peer ID from its
 // output into BOOTSTRAP_ID, then start the account and master servers,
 // the three peers and the three bots with the commands and environment
-// compose gives them; then, once the binary has mirrors, the mirror
-// profile the same way (the authority's printed public key into
+// compose gives them; then the mirror profile the same way (the authority's printed public key into
 // MIRROR_AUTHORITY_PUBLIC_KEY), multicasting on the loopback interface.
 func TestComposeCommandLinesRun(t *testing.T) {
 	if testing.Short() {
@@ -304,11 +298,6 @@ func TestComposeCommandLinesRun(t *testing.T) {
 	}
 	n.checkPlaying(6)
 
-	if exec.Command(bin, "help", "mirror").Run() != nil {
-		t.Log("this overworld has no mirror subcommand yet: the mirror profile not run")
-		n.stopAll()
-		return
-	}
 	authority := start("mirror-authority")
 	authorityKey = logged(authority, `authority public key[^:]*: (\S+)`)
 	mirror := start("mirror")
@@ -380,8 +369,8 @@ var builtBinaries = sync.OnceValues(func() ([2]string, error) {
 	bins := [2]string{filepath.Join(dir, "overworld"), filepath.Join(dir, "bootstrapkeys")}
 	for i, pkg := range []string{"../cmd/overworld", "./bootstrapkeys"} {
 		if i == 0 && os.Getenv("OVERWORLD_DEPLOY_BIN") != "" {
-			// An overworld built elsewhere, e.g. from a branch with more
-			// subcommands (mirror), to try the manifests against it.
+			// An overworld built elsewhere (another branch, a release),
+			// to try the manifests against it.
 			bins[0] = os.Getenv("OVERWORLD_DEPLOY_BIN")
 			continue
 		}
