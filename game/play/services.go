@@ -153,9 +153,11 @@ func Login(ctx context.Context, a Account, id peer.ID) (*accounts.Client, *http.
 	}
 	tokens, err := cl.Login(ctx, a.User, a.Password, id)
 	if err != nil && a.Register && errors.Is(err, accounts.ErrUnauthorized) {
-		if _, rerr := cl.Register(ctx, a.User, a.Password); rerr == nil {
+		// Name taken: another process of the same player registered it
+		// first (several starting at once); the login decides.
+		if _, rerr := cl.Register(ctx, a.User, a.Password); rerr == nil || errors.Is(rerr, accounts.ErrNameTaken) {
 			tokens, err = cl.Login(ctx, a.User, a.Password, id)
-		} else if !errors.Is(rerr, accounts.ErrNameTaken) {
+		} else {
 			err = rerr
 		}
 	}
