@@ -117,6 +117,7 @@ type Service struct {
 	uplink      *uplink
 	rendezvous  map[regions.Coord]time.Time // next rendezvous per subscribed region
 	inFlight    map[regions.Coord]bool
+	fb          fallback // aggregated mode: when to publish directly too
 
 	runCtx context.Context
 	wg     sync.WaitGroup
@@ -174,6 +175,7 @@ func New(n *node.Node, cfg Config, opts ...Option) (*Service, error) {
 		rendezvous:  map[regions.Coord]time.Time{},
 		inFlight:    map[regions.Coord]bool{},
 		streams:     map[network.Stream]struct{}{},
+		fb:          fallback{after: uint64(cfg.FallbackAfter)},
 	}
 	s.candidates = func(_ context.Context, key string) ([]peer.ID, error) {
 		return n.ClosestKnown(key, 8), nil
@@ -333,6 +335,7 @@ func (s *Service) tick(ctx context.Context) {
 		return
 	}
 	s.updateSubscriptions(ctx, now, pos)
+	s.refreshCoordinators(now)
 	// Joining topics can take a while on a busy peer, and the player moves
 	// meanwhile: stamp the update with the time its position is read, or
 	// receivers would judge a long move against a short interval.
@@ -354,7 +357,7 @@ func (s *Service) tick(ctx context.Context) {
 	s.mu.Unlock()
 
 	if s.cfg.Aggregate {
-		s.sendUplink(ctx, own, u)
+		s.sendAggregated(ctx, own, u)
 	} else {
 		s.publish(ctx, own, &Envelope{Body: &Envelope_Update{Update: u}})
 		s.count.published.Add(1)
@@ -508,6 +511,7 @@ func (s *Service) validator(c regions.Coord) pubsub.ValidatorEx {
 	return func(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 		v, reason, acc := s.check(c, msg)
 		s.count.verdict(v, reason)
+		s.noteEcho(msg)
 		switch v {
 		case Accept:
 			msg.ValidatorData = acc
