@@ -338,9 +338,12 @@ func (s *Service) tick(ctx context.Context) {
 	s.refreshCoordinators(now)
 	// Joining topics can take a while on a busy peer, and the player moves
 	// meanwhile: stamp the update with the time its position is read, or
-	// receivers would judge a long move against a short interval.
-	now = s.cfg.Now()
+	// receivers would judge a long move against a short interval. Read the
+	// clock under the lock, with the position: a tick held up waiting for
+	// it while Move goes on would otherwise send a position newer than its
+	// stamp (a walk that looks too fast, rejected as a teleport).
 	s.mu.Lock()
+	now = s.cfg.Now()
 	s.seq++
 	own := s.grid.RegionOf(s.pos)
 	u := &Update{

@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
 
@@ -20,11 +21,12 @@ type watchLog struct {
 	mu        sync.Mutex
 	recording bool
 	seqs      map[peer.ID][]uint64
+	region    map[peer.ID]map[uint64]regions.Coord // where each update says the player was
 	batched   map[peer.ID]int
 }
 
 func newWatchLog() *watchLog {
-	return &watchLog{seqs: map[peer.ID][]uint64{}, batched: map[peer.ID]int{}}
+	return &watchLog{seqs: map[peer.ID][]uint64{}, region: map[peer.ID]map[uint64]regions.Coord{}, batched: map[peer.ID]int{}}
 }
 
 // hook is the receiver's delivery hook.
@@ -35,6 +37,10 @@ func (w *watchLog) hook(d position.Delivery) {
 		return
 	}
 	w.seqs[d.Player] = append(w.seqs[d.Player], d.Seq)
+	if w.region[d.Player] == nil {
+		w.region[d.Player] = map[uint64]regions.Coord{}
+	}
+	w.region[d.Player][d.Seq] = d.Region
 	if d.Batched {
 		w.batched[d.Player]++
 	}
@@ -46,6 +52,7 @@ func (w *watchLog) start() {
 	defer w.mu.Unlock()
 	w.recording = true
 	clear(w.seqs)
+	clear(w.region)
 	clear(w.batched)
 }
 
@@ -100,6 +107,50 @@ func (w *watchLog) gaps(p peer.ID) (hist map[uint64]int, largest uint64) {
 		largest = max(largest, step)
 	}
 	return hist, largest
+}
+
+// regions is where p's updates taken said p was, by sequence number.
+func (w *watchLog) regions(p peer.ID) map[uint64]regions.Coord {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[uint64]regions.Coord, len(w.region[p]))
+	for s, r := range w.region[p] {
+		out[s] = r
+	}
+	return out
+}
+
+// missedRun is the longest run of consecutive updates of p that the
+// receiver did not take among those due to it: the sequence numbers of
+// ref (another receiver's record of where p was) for which due is true.
+// An update ref missed too counts as due when the one before it was.
+func (w *watchLog) missedRun(p peer.ID, ref map[uint64]regions.Coord, due func(regions.Coord) bool) (longest int, from uint64) {
+	got := w.regions(p)
+	var lo, hi uint64
+	for s := range ref {
+		if lo == 0 || s < lo {
+			lo = s
+		}
+		hi = max(hi, s)
+	}
+	run := 0
+	prevDue := false
+	for s := lo; s <= hi && lo != 0; s++ {
+		r, known := ref[s]
+		isDue := prevDue
+		if known {
+			isDue = due(r)
+		}
+		prevDue = isDue
+		if _, took := got[s]; took || !isDue {
+			run = 0
+			continue
+		}
+		if run++; run > longest {
+			longest, from = run, s-uint64(run)+1
+		}
+	}
+	return longest, from
 }
 
 // formatHist prints a gap histogram as "step×count" in step order.
