@@ -2,8 +2,10 @@ package play
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -196,6 +198,7 @@ type Peer struct {
 	attackers map[peer.ID]attackSeen
 	fights    []FightRecord
 	rule      fightRule // game.FightOutcome; tests give a peer another
+	nonces    io.Reader // fight nonces: crypto/rand; tests give a seeded one
 	latency   time.Duration
 	cardSeq   uint64
 	lastCard  cardState
@@ -236,7 +239,7 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 		rs: map[game.RegionCoord]*regionState{}, topics: map[game.RegionCoord]*chatTopic{},
 		cards: map[peer.ID]*cardEntry{}, smoothers: map[peer.ID]*game.Smoother{},
 		regrowing: map[game.ObjectID]bool{}, attackers: map[peer.ID]attackSeen{},
-		rule: game.FightOutcome, chatLimit: position.NewAuthorLimiter(chatEvery, chatBurst, maxChatAuthors),
+		rule: game.FightOutcome, nonces: rand.Reader, chatLimit: position.NewAuthorLimiter(chatEvery, chatBurst, maxChatAuthors),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	defer func() {
