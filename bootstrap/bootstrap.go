@@ -3,8 +3,14 @@
 // first. It serves the DHT (so a newcomer's first lookup fills its routing
 // table), a circuit relay v2 (so players behind NAT can be reached while
 // hole punching is tried) and AutoNAT (so players learn whether they are
-// reachable). Its identity comes from a key file, so the multiaddrs the
-// operator hands out stay valid across restarts.
+// reachable). Players trust it, and only it, to tell them the address they
+// are seen at, which is how a player behind NAT knows at once to run the
+// DHT as a client (see package node). The relay keeps libp2p's default
+// per-circuit limits (2 minutes, 128 KiB each way): enough for the small
+// exchanges allowed over it (region requests, fights, whispers, tokens),
+// not for position streams, which never need it. Its identity comes from a
+// key file, so the multiaddrs the operator hands out stay valid across
+// restarts.
 //
 // The account server and the coordinator lease service live in the
 // subpackages accounts and leases.

@@ -3,9 +3,11 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // KeyDistanceLess reports whether a is XOR-closer to key than b, in the
@@ -25,19 +27,21 @@ func SortByDistance(key string, peers []peer.ID) []peer.ID {
 
 // ClosestKnown returns up to count peers closest to key among this node and
 // the peers in its routing table, closest first. It asks nobody, so it is
-// cheap, and right once the table has settled.
+// cheap, and right once the table has settled. Only DHT servers count: the
+// routing table holds nothing else, and this node itself only while it
+// can coordinate (see CanCoordinate).
 func (n *Node) ClosestKnown(key string, count int) []peer.ID {
 	if count <= 0 {
 		return nil
 	}
 	candidates := n.dht.RoutingTable().NearestPeers(kb.ConvertKey(key), count)
-	return closestWithSelf(key, n.host.ID(), candidates, count)
+	return n.closestWithSelf(key, candidates, count)
 }
 
 // ClosestPeers runs a network lookup for key and returns up to count peers
-// closest to it, this node included, closest first. The DHT's own lookup
-// never returns the asking node, which would make a peer believe someone
-// else coordinates the regions it should.
+// closest to it, this node included while it can coordinate, closest first.
+// The DHT's own lookup never returns the asking node, which would make a
+// peer believe someone else coordinates the regions it should.
 func (n *Node) ClosestPeers(ctx context.Context, key string, count int) ([]peer.ID, error) {
 	if count <= 0 {
 		return nil, nil
@@ -49,13 +53,43 @@ func (n *Node) ClosestPeers(ctx context.Context, key string, count int) ([]peer.
 	// A lookup that timed out still returns what it found; fall back on the
 	// routing table's view for the rest.
 	found = append(found, n.dht.RoutingTable().NearestPeers(kb.ConvertKey(key), count)...)
-	return closestWithSelf(key, n.host.ID(), found, count), nil
+	return n.closestWithSelf(key, found, count), nil
 }
 
-func closestWithSelf(key string, self peer.ID, peers []peer.ID, count int) []peer.ID {
+// ServesDHT reports whether p answers DHT queries as far as this node
+// knows: for itself, whether it is in server mode now; for another peer,
+// whether identify told it p speaks DHTProtocol. A peer behind NAT runs the
+// DHT in client mode, so it does not: nobody can dial it, and it is never
+// placed as a region's coordinator or replica.
+func (n *Node) ServesDHT(p peer.ID) bool {
+	if p == n.host.ID() {
+		return slices.Contains(n.host.Mux().Protocols(), protocol.ID(DHTProtocol))
+	}
+	protos, err := n.host.Peerstore().SupportsProtocols(p, DHTProtocol)
+	return err == nil && len(protos) > 0
+}
+
+// CanCoordinate reports whether p may be placed as a region's coordinator
+// or replica: whether it serves the DHT (ServesDHT), since a peer behind
+// NAT runs it in client mode and others could reach it only through a
+// relay. This node itself, in DHTAuto mode, counts only once a bootstrap
+// node has shown it is not behind NAT (see natWatch). On a network built
+// WithEveryPeerReachable every peer can.
+func (n *Node) CanCoordinate(p peer.ID) bool {
+	if n.cfg.everyPeerReachable {
+		return true
+	}
+	return n.ServesDHT(p) && (p != n.host.ID() || n.selfCandidate())
+}
+
+func (n *Node) closestWithSelf(key string, peers []peer.ID, count int) []peer.ID {
+	self := n.host.ID()
 	seen := make(map[peer.ID]bool, len(peers)+1)
 	all := make([]peer.ID, 0, len(peers)+1)
-	for _, p := range append(peers, self) {
+	if n.CanCoordinate(self) {
+		peers = append(peers, self)
+	}
+	for _, p := range peers {
 		if !seen[p] {
 			seen[p] = true
 			all = append(all, p)

@@ -21,17 +21,40 @@ import (
 type DHTMode int
 
 const (
-	// DHTServer is the default: every full peer serves the keyspace.
-	DHTServer DHTMode = iota
+	// DHTAuto is the default: the node serves the keyspace unless it finds
+	// itself behind a NAT, and then runs as a client. It looks at its first
+	// connection to a bootstrap node (which sees it at a translated
+	// address) and listens to AutoNAT (whose dial-back fails); AutoNAT's
+	// verdict rules, both ways. On a network where neither can tell
+	// (loopback, a private LAN, the in-memory network) it stays a server.
+	// See natWatch.
+	DHTAuto DHTMode = iota
+	// DHTServer always serves the keyspace (bootstrap nodes).
+	DHTServer
 	// DHTClient queries the DHT without joining other peers' tables.
 	DHTClient
 )
 
 func (m DHTMode) String() string {
-	if m == DHTClient {
+	switch m {
+	case DHTAuto:
+		return "auto"
+	case DHTServer:
+		return "server"
+	case DHTClient:
 		return "client"
 	}
-	return "server"
+	return fmt.Sprintf("dhtmode(%d)", int(m))
+}
+
+// ParseDHTMode reads "auto", "server" or "client".
+func ParseDHTMode(s string) (DHTMode, error) {
+	for _, m := range []DHTMode{DHTAuto, DHTServer, DHTClient} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("dht mode %q: want auto, server or client", s)
 }
 
 // Option configures a Node. Options are applied in order to one config and
@@ -54,6 +77,8 @@ type config struct {
 	libp2pOpts  []libp2p.Option
 	refresh     time.Duration
 	host        host.Host
+
+	everyPeerReachable bool
 
 	set map[string]bool // options given, to refuse duplicates
 }
@@ -83,7 +108,7 @@ func defaults() config {
 			ma.StringCast("/ip4/0.0.0.0/tcp/4001"),
 			ma.StringCast("/ip4/0.0.0.0/udp/4001/quic-v1"),
 		},
-		dhtMode:  DHTServer,
+		dhtMode:  DHTAuto,
 		connLow:  160,
 		connHigh: 400,
 		retry:    Backoff{Initial: 250 * time.Millisecond, Max: 30 * time.Second, Jitter: 0.2},
@@ -194,10 +219,10 @@ func WithBootstrapPeers(peers ...peer.AddrInfo) Option {
 	}
 }
 
-// WithDHTMode picks DHT server (default) or client mode.
+// WithDHTMode picks the DHT mode: auto (default), server or client.
 func WithDHTMode(m DHTMode) Option {
 	return func(c *config) error {
-		if m != DHTServer && m != DHTClient {
+		if m != DHTAuto && m != DHTServer && m != DHTClient {
 			return fmt.Errorf("dht mode %d: unknown", m)
 		}
 		if err := c.once("WithDHTMode"); err != nil {
@@ -285,6 +310,21 @@ func WithPubSubOptions(opts ...pubsub.Option) Option {
 func WithLibp2pOptions(opts ...libp2p.Option) Option {
 	return func(c *config) error {
 		c.libp2pOpts = append(c.libp2pOpts, opts...)
+		return nil
+	}
+}
+
+// WithEveryPeerReachable declares that every peer of the network can dial
+// every other, so that CanCoordinate need not tell peers behind NAT by
+// their DHT client mode: for libp2p's in-memory network in the simulator,
+// whose peers run the DHT in client mode to save memory, not because of a
+// NAT. Never for a real network.
+func WithEveryPeerReachable() Option {
+	return func(c *config) error {
+		if err := c.once("WithEveryPeerReachable"); err != nil {
+			return err
+		}
+		c.everyPeerReachable = true
 		return nil
 	}
 }

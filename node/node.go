@@ -22,6 +22,10 @@ import (
 // DHTProtocolPrefix keeps overworld's DHT apart from IPFS's public one.
 const DHTProtocolPrefix = "/overworld"
 
+// DHTProtocol is the protocol a peer in DHT server mode answers and
+// advertises (through identify); a peer in client mode does not.
+const DHTProtocol = DHTProtocolPrefix + "/kad/1.0.0"
+
 // Node is one overworld process's presence on the overlay.
 type Node struct {
 	host     host.Host
@@ -32,6 +36,7 @@ type Node struct {
 	metrics  *metrics
 	cfg      config
 
+	nat      *natWatch     // DHTAuto only
 	joined   chan struct{} // closed when the routing table first holds a peer
 	joinOnce sync.Once
 	join     joinState
@@ -79,8 +84,18 @@ func New(ctx context.Context, opts ...Option) (_ *Node, err error) {
 		return nil, err
 	}
 
-	mode := dht.ModeServer
-	if cfg.dhtMode == DHTClient {
+	if cfg.dhtMode == DHTAuto {
+		// Before the DHT and the first dial, so that no identification
+		// goes unseen.
+		if err := n.startNATWatch(); err != nil {
+			return nil, fmt.Errorf("nat watch: %w", err)
+		}
+	}
+	mode := dht.ModeAutoServer
+	switch cfg.dhtMode {
+	case DHTServer:
+		mode = dht.ModeServer
+	case DHTClient:
 		mode = dht.ModeClient
 	}
 	n.dht, err = dht.New(n.host,
@@ -116,6 +131,11 @@ func New(ctx context.Context, opts ...Option) (_ *Node, err error) {
 		return nil, fmt.Errorf("gossipsub: %w", err)
 	}
 
+	if n.nat != nil {
+		n.nat.running = true
+		n.wg.Add(1)
+		go n.natLoop(runCtx)
+	}
 	n.wg.Add(2)
 	go n.joinLoop(runCtx)
 	go n.metrics.sampleLoop(runCtx, &n.wg)
@@ -173,6 +193,10 @@ func (n *Node) closeParts() error {
 		n.cancel()
 	}
 	n.wg.Wait()
+	if n.nat != nil && !n.nat.running { // New failed before the loop that closes them
+		n.nat.sub.Close()
+		n.nat.emit.Close()
+	}
 	var errs []error
 	if n.dht != nil {
 		if err := n.dht.Close(); err != nil {

@@ -276,7 +276,7 @@ func (s *Service) collectCandidates() []peer.ID {
 			return
 		}
 		seen[p] = true
-		if s.alive(p) && s.servesRegions(p) {
+		if s.alive(p) && s.servesRegions(p) && s.n.CanCoordinate(p) { // not behind NAT (node.CanCoordinate)
 			out = append(out, p)
 		}
 	}
@@ -318,7 +318,7 @@ func (s *Service) placement(c Coord, exclude ...peer.ID) []peer.ID {
 // (see Eligibility).
 func (s *Service) eligible(c Coord) bool {
 	e, ok := s.cfg.Gate.(Eligibility)
-	return !ok || e.Eligible(c)
+	return s.n.CanCoordinate(s.h.ID()) && (!ok || e.Eligible(c)) // behind NAT: never (see serveRequest)
 }
 
 func containsPeer(list []peer.ID, p peer.ID) bool {
@@ -397,7 +397,7 @@ func (s *Service) envelope(c Coord, m *pb.Message) *pb.Message {
 func (s *Service) call(ctx context.Context, p peer.ID, c Coord, m *pb.Message) (*pb.Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	st, err := s.h.NewStream(ctx, p, protocol.ID(ProtocolID))
+	st, err := s.h.NewStream(network.WithAllowLimitedConn(ctx, "region request"), p, protocol.ID(ProtocolID)) // NATed peers get only requests and cache queries, never snapshots: fits a relay
 	if err != nil {
 		return nil, fmt.Errorf("open stream to %s: %w", p, err)
 	}
@@ -657,7 +657,7 @@ func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) (reply *p
 		}
 	}
 	order := s.placement(c)
-	if order[0] == s.h.ID() {
+	if order[0] == s.h.ID() && s.n.CanCoordinate(order[0]) { // behind NAT and alone: wait for a reachable peer
 		s.startAcquire(c)
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "taking the region over"}
 	}

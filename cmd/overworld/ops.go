@@ -70,6 +70,14 @@ func startOps(ctx context.Context, addr string, g prometheus.Gatherer, log *slog
 
 func (o *opsServer) setReady(v bool) { o.ready.Store(v) }
 
+// url is where /metrics is served ("" when off).
+func (o *opsServer) url() string {
+	if o.ln == nil {
+		return ""
+	}
+	return "http://" + o.ln.Addr().String() + "/metrics"
+}
+
 func (o *opsServer) stop() {
 	o.ready.Store(false)
 	if o.srv == nil {

@@ -11,17 +11,27 @@ import (
 )
 
 func peerCommand() command {
-	const summary = "run a headless peer that joins the overlay and stays up"
+	const summary = "run a headless full peer: coordinates and replicates regions, no player"
 	return command{name: "peer", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
 		fs := newFlagSet("peer", summary+`.
 
 Joins through the bootstrap nodes given with -bootstrap (retrying with
-backoff while none answers) and serves the DHT until stopped.`, out)
+backoff while none answers), serves the DHT, and runs the region services a
+player's peer runs (region objects, position rendezvous and aggregation) for
+the world named by -world, -world-size and -seed, which must be the
+players': operators add capacity with it. With -account it logs in as -user
+(the password from -password-file, else OVERWORLD_PASSWORD, else a prompt)
+and coordinates only under the lease server's leases, checking every
+peer's token, as players do. /metrics on -metrics shows the regions it holds
+(overworld_regions_held). Ctrl-C stops it and releases its leases.`, out)
 		dataDir := fs.String("data-dir", defaultDataDir("peer"), "directory for the identity key")
 		bootstrapAddrs := fs.String("bootstrap", "", "comma-separated full multiaddrs (/ip4/…/tcp/…/p2p/<ID>) of bootstrap nodes")
 		port := fs.Int("listen-port", 0, "TCP and UDP (QUIC) port on every interface (0: any)")
 		listen := fs.String("listen", "", "comma-separated listen multiaddrs (overrides -listen-port)")
-		dhtClient := fs.Bool("dht-client", false, "DHT client mode, for peers others cannot dial (behind NAT)")
+		dhtMode := fs.String("dht", "auto", "DHT mode: auto (server unless AutoNAT finds this peer behind NAT), server or client")
+		dhtClient := fs.Bool("dht-client", false, "same as -dht client")
+		worldF := addWorldFlags(fs)
+		accountF := addAccountFlags(fs)
 		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9101 (empty: off)")
 		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 		if err := parseFlags(fs, args); err != nil {
@@ -35,6 +45,14 @@ backoff while none answers) and serves the DHT until stopped.`, out)
 		if err != nil {
 			return err
 		}
+		g, err := worldF.game()
+		if err != nil {
+			return err
+		}
+		acct, err := accountF.account(out)
+		if err != nil {
+			return err
+		}
 		if *listen == "" {
 			*listen = listenAddrsForPort("0.0.0.0", *port)
 		}
@@ -42,7 +60,10 @@ backoff while none answers) and serves the DHT until stopped.`, out)
 		if err != nil {
 			return fmt.Errorf("-listen: %w", err)
 		}
-		mode := node.DHTServer
+		mode, err := node.ParseDHTMode(*dhtMode)
+		if err != nil {
+			return fmt.Errorf("-dht: %w", err)
+		}
 		if *dhtClient {
 			mode = node.DHTClient
 		}
@@ -58,7 +79,15 @@ backoff while none answers) and serves the DHT until stopped.`, out)
 			return err
 		}
 		defer n.Close()
+		hp, err := startHeadless(ctx, n, headlessConfig{World: *worldF.name, Game: g, Account: acct, Logger: log, Registerer: reg})
+		if err != nil {
+			return err
+		}
+		defer hp.Close()
 		fmt.Fprintf(out, "peer %s started; joining through %d bootstrap node(s)\n", n.ID(), len(boot))
+		if u := ops.url(); u != "" {
+			fmt.Fprintf(out, "metrics on %s\n", u)
+		}
 		start := time.Now()
 		if err := n.WaitJoined(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -69,6 +98,8 @@ backoff while none answers) and serves the DHT until stopped.`, out)
 		fmt.Fprintf(out, "peer %s joined the overlay in %s\n", n.ID(), time.Since(start).Round(time.Millisecond))
 		ops.setReady(true)
 		<-ctx.Done()
+		ops.setReady(false)
+		log.Info("shutting down")
 		return nil
 	}}
 }

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/node"
@@ -37,14 +36,9 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		listen := fs.String("listen", "", "comma-separated listen multiaddrs (overrides -listen-port)")
 		httpAddr := fs.String("http", "127.0.0.1:8080", "address of the web page; any but a loopback one gets a per-run secret in the page's address")
 		name := fs.String("name", "", "display name (default: the account name, else one made from the peer ID)")
-		world := fs.String("world", "default", "world name")
-		size := fs.String("world-size", "8x8", "world size in regions, WxH")
-		seed := fs.Uint64("seed", 1, "world seed")
+		worldF := addWorldFlags(fs)
 		bot := fs.Bool("bot", false, "let a bot play")
-		accountURL := fs.String("account", "", "account server URL, e.g. http://127.0.0.1:8640 (empty: play without an account)")
-		user := fs.String("user", "", "account name")
-		passwordFile := fs.String("password-file", "", "file holding the account password")
-		register := fs.Bool("register", false, "create the account if it does not exist")
+		accountF := addAccountFlags(fs)
 		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz (empty: off)")
 		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 		if err := parseFlags(fs, args); err != nil {
@@ -58,22 +52,13 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		if err != nil {
 			return err
 		}
-		w, h, err := parseWorldSize(*size)
+		g, err := worldF.game()
 		if err != nil {
-			return fmt.Errorf("-world-size: %w", err)
+			return err
 		}
-		g := game.DefaultConfig()
-		g.Seed, g.RegionsX, g.RegionsY = *seed, w, h
-		var acct *play.Account
-		if *accountURL != "" {
-			if *user == "" {
-				return errors.New("-account needs -user")
-			}
-			pw, err := readPassword(*passwordFile, out)
-			if err != nil {
-				return err
-			}
-			acct = &play.Account{URL: *accountURL, User: *user, Password: pw, Register: *register}
+		acct, err := accountF.account(out)
+		if err != nil {
+			return err
 		}
 		if *listen == "" {
 			*listen = listenAddrsForPort("0.0.0.0", *port)
@@ -99,7 +84,7 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		}
 		defer n.Close()
 		p, err := play.New(ctx, n, play.Config{
-			World: *world, Game: g, Name: *name, Bot: *bot, BotSeed: *seed,
+			World: *worldF.name, Game: g, Name: *name, Bot: *bot, BotSeed: *worldF.seed,
 			Account: acct, Logger: log, Registerer: reg,
 		})
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,30 +21,13 @@ import (
 // character.
 func (p *Peer) login(ctx context.Context) error {
 	a := p.cfg.Account
-	hc := a.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second}
-	}
+	cl, hc, name, err := Login(ctx, *a, p.h.ID())
 	p.httpc = hc
-	cl, err := accounts.NewClient(a.URL, accounts.WithHTTPClient(hc))
-	if err != nil {
-		return fmt.Errorf("play: account server: %w", err)
-	}
-	tokens, err := cl.Login(ctx, a.User, a.Password, p.h.ID())
-	if err != nil && a.Register && errors.Is(err, accounts.ErrUnauthorized) {
-		if _, rerr := cl.Register(ctx, a.User, a.Password); rerr == nil {
-			tokens, err = cl.Login(ctx, a.User, a.Password, p.h.ID())
-		} else if !errors.Is(rerr, accounts.ErrNameTaken) {
-			err = rerr
-		}
-	}
 	if err != nil {
 		return fmt.Errorf("play: %w", err)
 	}
 	p.acct = cl
-	// The name as registered, which is what other players read on the
-	// token (names compare case-insensitively).
-	p.cfg.Name = tokens.Name
+	p.cfg.Name = name
 	ch, err := cl.LoadCharacter(ctx)
 	if err != nil {
 		return fmt.Errorf("play: %w", err)

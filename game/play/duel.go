@@ -12,6 +12,7 @@ import (
 	"io"
 
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"google.golang.org/protobuf/proto"
@@ -102,7 +103,7 @@ func SendAttack(ctx context.Context, h host.Host, to peer.ID, a *playpb.Attack) 
 }
 
 func sendAttackWith(ctx context.Context, rule fightRule, nonces io.Reader, h host.Host, to peer.ID, a *playpb.Attack) (*Answer, error) {
-	s, err := h.NewStream(ctx, to, protocol.ID(FightProtocol))
+	s, err := h.NewStream(network.WithAllowLimitedConn(ctx, "fight"), to, protocol.ID(FightProtocol)) // small messages: fits a relay
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
-	"github.com/overworld-p2p/overworld/bootstrap/leases"
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/node"
@@ -260,71 +259,20 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 		p.bot = game.NewBot(cfg.Game, p.id, cfg.BotSeed, cfg.BotPace)
 	}
 
-	rcfg := regions.Config{
-		World: cfg.World, Width: cfg.Game.RegionsX, Height: cfg.Game.RegionsY,
-		Logger: cfg.Logger, Registerer: cfg.Registerer,
-	}
 	if cfg.Account != nil {
 		if err := p.login(ctx); err != nil {
 			return nil, err
 		}
-		pub, err := p.acct.PublicKey(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("play: account server key: %w", err)
-		}
-		// The guard makes the region service present this peer's token,
-		// demand everyone else's, and commit only under the region's lease.
-		// Lease requests get 5 s (the holder's default before the first
-		// grant is 1 s): a busy account server must not keep a coordinator
-		// from ever committing. Validity counts from the send, so a slow
-		// answer is still safe.
-		p.guard, err = guard.New(guard.Config{
-			World: cfg.World, Accounts: p.acct, PublicKey: pub, Logger: cfg.Logger,
-			Holder: leases.HolderConfig{RequestTimeout: 5 * time.Second},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("play: %w", err)
-		}
-		p.guard.Apply(&rcfg)
-		// The admission asks every author on the position and chat topics
-		// for its token (and shows this peer's to those who ask): players
-		// without a valid token for their own peer ID are not heard.
-		if p.admit, err = p.guard.NewAdmission(p.h, guard.AdmissionConfig{Logger: cfg.Logger}); err != nil {
-			return nil, fmt.Errorf("play: %w", err)
-		}
 	}
-	if p.regions, err = regions.New(n, rcfg); err != nil {
+	rs, err := StartRegionServices(ctx, n, RegionServicesConfig{
+		World: cfg.World, Game: cfg.Game, PositionInterval: cfg.PositionInterval,
+		Accounts: p.acct, Logger: cfg.Logger, Registerer: cfg.Registerer,
+	})
+	if err != nil {
 		return nil, fmt.Errorf("play: %w", err)
 	}
+	p.regions, p.pos, p.guard, p.admit = rs.Regions, rs.Positions, rs.Guard, rs.Admission
 	p.store = p.regions.Client()
-
-	pcfg := position.DefaultConfig()
-	pcfg.World, pcfg.Width, pcfg.Height = cfg.World, cfg.Game.RegionsX, cfg.Game.RegionsY
-	pcfg.RegionUnits = cfg.Game.RegionUnits()
-	pcfg.Interval = cfg.PositionInterval
-	pcfg.Expire = max(pcfg.Expire, 4*cfg.PositionInterval)
-	pcfg.MaxDelay = max(pcfg.MaxDelay, 2*cfg.PositionInterval)
-	pcfg.Rendezvous = max(pcfg.Rendezvous, cfg.PositionInterval)
-	pcfg.MaxSpeed = cfg.Game.MaxSpeed * int32(cfg.Game.TickRate)
-	pcfg.SpeedTolerance = max(pcfg.SpeedTolerance, cfg.Game.MaxSpeed*2)
-	// Two respawns are at least the respawn time apart; half of it leaves
-	// room for when the updates announcing them were sent.
-	pcfg.MinRelocationInterval = time.Duration(cfg.Game.RespawnTicks) * time.Second / time.Duration(cfg.Game.TickRate) / 2
-	// Positions are aggregated and rendezvous held by the peer that
-	// coordinates the region's objects, as this peer's region service sees it.
-	popts := []position.Option{position.WithCoordinators(func(c regions.Coord) peer.ID {
-		coord, _ := p.regions.Coordinator(c)
-		return coord
-	})}
-	if p.admit != nil {
-		popts = append(popts, position.WithAdmission(positionAdmission(p.admit)))
-	}
-	if p.pos, err = position.New(n, pcfg, popts...); err != nil {
-		return nil, fmt.Errorf("play: %w", err)
-	}
-	if err := node.RegisterShared(cfg.Registerer, position.NewCollector(p.pos)); err != nil {
-		return nil, fmt.Errorf("play: position metrics: %w", err)
-	}
 
 	p.h.SetStreamHandler(protocol.ID(FightProtocol), p.handleFight)
 	p.h.SetStreamHandler(protocol.ID(WhisperProtocol), p.handleWhisper)

@@ -437,7 +437,7 @@ func (p *Peer) Whisper(ctx context.Context, to, text string) error {
 }
 
 func (p *Peer) sendWhisper(ctx context.Context, id peer.ID, text string) error {
-	s, err := p.h.NewStream(ctx, id, protocol.ID(WhisperProtocol))
+	s, err := p.h.NewStream(network.WithAllowLimitedConn(ctx, "whisper"), id, protocol.ID(WhisperProtocol)) // one short line: fits a relay
 	if err != nil {
 		return err
 	}

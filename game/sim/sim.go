@@ -279,7 +279,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		// table refreshes of every peer that connects to it: at 60
 		// players that alone allocated 0.4 GB per 15 simulated seconds.
 		n, err := node.New(ctx, node.WithHost(lh),
-			node.WithDHTMode(node.DHTClient),
+			node.WithDHTMode(node.DHTClient), node.WithEveryPeerReachable(),
 			node.WithRoutingTableRefresh(time.Hour),
 			node.WithGossipSubParams(SimGossipSubParams()),
 			// Seen message IDs for 20 s instead of gossipsub's two

@@ -1,6 +1,8 @@
 package crimp
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"encoding/binary"
 	"math/rand"
 	"net/netip"
@@ -23,6 +25,12 @@ type cluster struct {
 }
 
 var simStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// testAuthorityKey is the authority's signing key in this package's tests.
+var testAuthorityKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{42}, ed25519.SeedSize))
+
+// testAuthorityPub is its public half, which every member is given.
+var testAuthorityPub = testAuthorityKey.Public().(ed25519.PublicKey)
 
 // newStaticCluster builds n members with IDs 1..n that know each other from
 // the start, on one site whose LAN has the given parameters.

@@ -1,6 +1,8 @@
 package crimp
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"time"
@@ -24,6 +26,16 @@ type Config struct {
 	// StateAddr is the TCP address the authority advertises for state
 	// transfer in its establishment messages (see ServeState).
 	StateAddr string
+	// AuthorityKey is the authority's signing key: it signs every
+	// membership decision (establish, deny, drop) so that members can tell
+	// them from a forgery by another member. Only the authority has it, and
+	// it needs it.
+	AuthorityKey ed25519.PrivateKey
+	// AuthorityPublicKey checks the authority's signature. A member that
+	// joins needs it; a member without it (a static group with no
+	// authority) refuses every membership packet. The authority's own is
+	// taken from AuthorityKey.
+	AuthorityPublicKey ed25519.PublicKey
 	// MaxGroup bounds the number of members (self included); the authority
 	// denies joins beyond it. At most MaxMembers.
 	MaxGroup int
@@ -137,6 +149,9 @@ func (c Config) withDefaults() Config {
 	if c.DropAfter == 0 {
 		c.DropAfter = c.History * 3 / 4
 	}
+	if len(c.AuthorityKey) == ed25519.PrivateKeySize && c.AuthorityPublicKey == nil {
+		c.AuthorityPublicKey = c.AuthorityKey.Public().(ed25519.PublicKey)
+	}
 	return c
 }
 
@@ -161,6 +176,19 @@ func (c Config) Validate() error {
 	}
 	if c.Authority && c.ID == 0 {
 		errs = append(errs, errors.New("the authority needs a non-zero ID"))
+	}
+	switch {
+	case c.AuthorityKey != nil && len(c.AuthorityKey) != ed25519.PrivateKeySize:
+		errs = append(errs, fmt.Errorf("AuthorityKey has %d bytes, want %d", len(c.AuthorityKey), ed25519.PrivateKeySize))
+	case c.Authority && c.AuthorityKey == nil:
+		errs = append(errs, errors.New("the authority needs an AuthorityKey to sign its membership decisions"))
+	case !c.Authority && c.AuthorityKey != nil:
+		errs = append(errs, errors.New("AuthorityKey given to a member that is not the authority"))
+	case c.AuthorityKey != nil && !bytes.Equal(c.AuthorityPublicKey, c.AuthorityKey.Public().(ed25519.PublicKey)):
+		errs = append(errs, errors.New("AuthorityPublicKey does not match AuthorityKey"))
+	}
+	if c.AuthorityPublicKey != nil && len(c.AuthorityPublicKey) != ed25519.PublicKeySize {
+		errs = append(errs, fmt.Errorf("AuthorityPublicKey has %d bytes, want %d", len(c.AuthorityPublicKey), ed25519.PublicKeySize))
 	}
 	if len(c.StateAddr) > maxAddrLen {
 		errs = append(errs, fmt.Errorf("StateAddr is %d bytes, limit %d", len(c.StateAddr), maxAddrLen))

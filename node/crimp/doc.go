@@ -39,6 +39,22 @@
 // adds the member. The authority drops a member silent for 3/4 of the
 // history. FetchState and ServeState carry the game state over TCP.
 //
+// # Trust
+//
+// Any member may be hostile, so the membership decisions (establish with
+// its ID, deny, drop) are the authority's alone: it signs each with its
+// ed25519 key (Config.AuthorityKey) and members accept one only with a
+// valid signature (Config.AuthorityPublicKey) and a time stamp within the
+// history of their clock, so that a member can neither throw another out
+// nor admit members of its own, nor replay an old decision. The authority
+// never hands out an ID that some sender used unadmitted. ServeState
+// serves at most MaxConns joiners at once, buffers at most MaxBuffered
+// snapshot bytes across them, and frees the slot of a request that does not
+// arrive within RequestTimeout. Every refusal is counted by reason
+// (Metrics.Refused, crimp_refused_total{reason}). Sender IDs on data,
+// request, repair and session packets are the sender's own claim, not
+// authenticated by CRIMP: a member can still send data in another's name.
+//
 // # Shape of the code
 //
 // Node is the protocol as a pure state machine (as etcd's raft): Step (a

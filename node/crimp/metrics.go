@@ -1,6 +1,7 @@
 package crimp
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -35,9 +36,68 @@ type Metrics struct {
 	BadPackets          atomic.Uint64 // undecodable or invalid packets
 	MembersJoined       atomic.Uint64 // members admitted (authority) or learned
 	MembersDropped      atomic.Uint64 // members dropped (declared by the authority)
+	refused             [numRefusals]atomic.Uint64
+	StateBuffered       atomic.Int64 // snapshot bytes the state server holds in memory now
+	StateBufferedPeak   atomic.Int64 // ... the most it ever held at once
 	latencySumNanos     atomic.Int64
 	latencyCount        atomic.Uint64
 	latencyBucketCounts [len(latencyBuckets)]atomic.Uint64
+}
+
+// Refusal says why a member, or the authority's state server, refused
+// what a peer sent: every such refusal is counted by reason.
+type Refusal uint8
+
+// Refusal reasons.
+const (
+	// RefusedDrop: a drop without a valid signature of the authority
+	// (sent by another member, or altered).
+	RefusedDrop Refusal = iota
+	// RefusedEstablish: an establishment (admission, ID) not signed by the
+	// authority.
+	RefusedEstablish
+	// RefusedDeny: a denial not signed by the authority.
+	RefusedDeny
+	// RefusedStale: an authority-signed packet stamped outside the
+	// history around this member's clock: a replay.
+	RefusedStale
+	// RefusedStateConns: a state-transfer connection over the server's
+	// MaxConns, closed at once.
+	RefusedStateConns
+	// RefusedStateMemory: a snapshot that would have taken the server's
+	// buffered bytes over MaxBuffered; the joiner is told to retry.
+	RefusedStateMemory
+	// RefusedStateRequest: a state-transfer request that was malformed or
+	// did not arrive within the request timeout.
+	RefusedStateRequest
+	numRefusals
+)
+
+var refusalNames = [numRefusals]string{
+	"drop_not_authority", "establish_not_authority", "deny_not_authority", "stale_membership",
+	"state_conns", "state_memory", "state_request",
+}
+
+func (r Refusal) String() string {
+	if r < numRefusals {
+		return refusalNames[r]
+	}
+	return fmt.Sprintf("refusal(%d)", uint8(r))
+}
+
+// Refuse counts one refusal.
+func (m *Metrics) Refuse(r Refusal) {
+	if r < numRefusals {
+		m.refused[r].Add(1)
+	}
+}
+
+// Refused is how many times r happened.
+func (m *Metrics) Refused(r Refusal) uint64 {
+	if r >= numRefusals {
+		return 0
+	}
+	return m.refused[r].Load()
 }
 
 // latencyBuckets are the upper bounds of the perceived-latency histogram.
@@ -74,6 +134,9 @@ func (m *Metrics) Counters() map[string]uint64 {
 	out := map[string]uint64{}
 	for _, c := range m.counters() {
 		out[c.name] = c.v.Load()
+	}
+	for r := range numRefusals {
+		out["refused_"+r.String()] = m.refused[r].Load()
 	}
 	return out
 }
@@ -121,13 +184,19 @@ func (m *Metrics) Collector(constLabels prometheus.Labels) prometheus.Collector 
 	}
 	c.latency = prometheus.NewDesc("crimp_perceived_latency_seconds",
 		"Receive time minus the sender's timestamp of delivered packets.", nil, constLabels)
+	c.buffered = prometheus.NewDesc("crimp_state_buffered_bytes",
+		"Snapshot bytes the state-transfer server holds in memory.", nil, constLabels)
+	c.refused = prometheus.NewDesc("crimp_refused_total",
+		"Membership packets and state-transfer requests refused, by reason.", []string{"reason"}, constLabels)
 	return c
 }
 
 type collector struct {
-	m       *Metrics
-	descs   []*prometheus.Desc
-	latency *prometheus.Desc
+	m        *Metrics
+	descs    []*prometheus.Desc
+	latency  *prometheus.Desc
+	refused  *prometheus.Desc
+	buffered *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -135,6 +204,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- c.latency
+	ch <- c.refused
+	ch <- c.buffered
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -146,6 +217,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for i, b := range latencyBuckets {
 		cum += c.m.latencyBucketCounts[i].Load()
 		buckets[b.Seconds()] = cum
+	}
+	ch <- prometheus.MustNewConstMetric(c.buffered, prometheus.GaugeValue, float64(c.m.StateBuffered.Load()))
+	for r := range numRefusals {
+		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.m.refused[r].Load()), r.String())
 	}
 	ch <- prometheus.MustNewConstHistogram(c.latency, c.m.latencyCount.Load(),
 		time.Duration(c.m.latencySumNanos.Load()).Seconds(), buckets)

@@ -226,9 +226,9 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 	if err != nil {
 		return fail(err)
 	}
-	cfg := Config{History: 3 * time.Second, SessionInterval: 100 * time.Millisecond, JoinTimeout: 50 * time.Millisecond}
+	cfg := Config{History: 3 * time.Second, SessionInterval: 100 * time.Millisecond, JoinTimeout: 50 * time.Millisecond, AuthorityPublicKey: testAuthorityPub}
 	if spec.Index == 1 {
-		cfg.ID, cfg.Authority = 1, true
+		cfg.ID, cfg.Authority, cfg.AuthorityKey = 1, true, testAuthorityKey
 	}
 	node, err := New(cfg, rand.New(rand.NewSource(spec.Seed)))
 	if err != nil {

@@ -2,6 +2,7 @@ package crimp
 
 import (
 	"container/heap"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -90,6 +91,11 @@ type Ready struct {
 
 // ErrNotMember is returned by Send before the member is established.
 var ErrNotMember = errors.New("crimp: not an established member")
+
+// ErrRefused is wrapped by Step's error for a well-formed packet refused
+// for want of authority: a membership decision without the authority's
+// signature, or a replayed one.
+var ErrRefused = errors.New("crimp: refused")
 
 // Node is the CRIMP protocol state machine of one member. It has no socket,
 // clock or goroutine: the caller feeds it received packets (Step), the
@@ -307,6 +313,9 @@ func (n *Node) Join(now time.Time) (Ready, error) {
 	if n.id != 0 {
 		return Ready{}, fmt.Errorf("crimp join: already member %d", n.id)
 	}
+	if n.cfg.AuthorityPublicKey == nil {
+		return Ready{}, errors.New("crimp join: no AuthorityPublicKey to check the authority's answer with")
+	}
 	n.advance(now)
 	n.joining = true
 	n.nonce = n.rng.Uint64() | 1
@@ -323,9 +332,35 @@ func (n *Node) Step(now time.Time, from netip.AddrPort, b []byte) (Ready, error)
 		n.metrics.BadPackets.Add(1)
 		return Ready{}, fmt.Errorf("crimp packet from %v: %w", from, err)
 	}
+	if AuthoritySigned(p.Kind) {
+		if r, ok := n.checkAuthority(now, p, b); !ok {
+			n.metrics.Refuse(r)
+			return Ready{}, fmt.Errorf("crimp %s from %v: %w: %s", p.Kind, from, ErrRefused, r)
+		}
+	}
 	n.advance(now)
 	n.handle(from, p)
 	return n.ready(), nil
+}
+
+// checkAuthority accepts a membership decision only if the authority signed
+// it, and only within the history around now: the sender field is the
+// sender's own claim, the signature is proof. A replay of an old decision
+// (a drop, an establishment of an ID since reused) falls outside the window.
+func (n *Node) checkAuthority(now time.Time, p *Packet, b []byte) (Refusal, bool) {
+	if n.cfg.AuthorityPublicKey == nil || !ed25519.Verify(n.cfg.AuthorityPublicKey, SignedPart(b), p.Signature) {
+		switch p.Kind {
+		case KindEstablish:
+			return RefusedEstablish, false
+		case KindDeny:
+			return RefusedDeny, false
+		}
+		return RefusedDrop, false
+	}
+	if age := now.Sub(time.Unix(0, p.Time)); age > n.cfg.History || age < -n.cfg.History {
+		return RefusedStale, false
+	}
+	return 0, true
 }
 
 func (n *Node) handle(from netip.AddrPort, p *Packet) {
@@ -837,6 +872,11 @@ func (n *Node) onRequestJoin(p *Packet) {
 		n.emit(&Packet{Kind: KindDeny, Nonce: p.Nonce, Reason: DenyFull})
 		return
 	}
+	// An ID some peer already used without being admitted was dropped and
+	// is remembered as dead by every member: never hand it out.
+	for n.nextID == 0 || n.dead(n.nextID) {
+		n.nextID++
+	}
 	id := n.nextID
 	n.nextID++
 	s := n.addSource(id)
@@ -877,6 +917,12 @@ func (n *Node) onEstablish(p *Packet) {
 		s.started, s.settled, s.floor = true, true, 1
 		n.out.Events = append(n.out.Events, Event{Kind: EventMemberJoined, Member: p.Member})
 	}
+}
+
+// dead reports whether id was dropped within the last few histories.
+func (n *Node) dead(id MemberID) bool {
+	_, ok := n.tombstones[id]
+	return ok
 }
 
 // maxTombstones bounds the remembered drops, so that a stream of forged
@@ -934,10 +980,19 @@ func (n *Node) onDrop(id MemberID) {
 func (n *Node) emit(p *Packet) {
 	p.Sender = n.id
 	p.Time = n.now.UnixNano()
+	signed := AuthoritySigned(p.Kind)
+	if signed {
+		p.Signature = make([]byte, SignatureSize) // the place the signature goes
+	}
 	b, err := p.Encode(nil)
 	if err != nil {
 		// Every packet the node builds is within bounds by construction.
 		panic(fmt.Sprintf("crimp: encoding own %s packet: %v", p.Kind, err))
+	}
+	if signed {
+		// Only the authority takes membership decisions, and Validate
+		// made sure it has the key.
+		copy(b[len(b)-SignatureSize:], ed25519.Sign(n.cfg.AuthorityKey, SignedPart(b)))
 	}
 	n.out.Packets = append(n.out.Packets, b)
 }

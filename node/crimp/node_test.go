@@ -150,9 +150,9 @@ func TestMembership(t *testing.T) {
 	const history = 400 * time.Millisecond
 	c := newEmptyCluster(t, 5)
 	c.net.SetLAN("lan", LinkParams{Delay: time.Millisecond, Loss: 0.3})
-	base := Config{History: history, MaxGroup: 3, SessionInterval: 50 * time.Millisecond, JoinTimeout: 20 * time.Millisecond}
+	base := Config{History: history, MaxGroup: 3, SessionInterval: 50 * time.Millisecond, JoinTimeout: 20 * time.Millisecond, AuthorityPublicKey: testAuthorityPub}
 	auth := base
-	auth.ID, auth.Authority, auth.StateAddr = 1, true, "127.0.0.1:7000"
+	auth.ID, auth.Authority, auth.StateAddr, auth.AuthorityKey = 1, true, "127.0.0.1:7000", testAuthorityKey
 	c.add(auth, "lan", 1)
 	c.add(base, "lan", 2)
 	c.add(base, "lan", 3)

@@ -1,6 +1,7 @@
 package crimp
 
 import (
+	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,14 +23,24 @@ import (
 //	repair       source u32 | seq u32 | sentAt i64 | len u16 | payload
 //	session      nextSeq u32 | oldestSeq u32 | n u8 | n × (peer u32 | time i64 | hold µs u32)
 //	request-join nonce u64
-//	establish    nonce u64 | member u32 | addrLen u8 | addr | n u8 | n × member u32
-//	deny         nonce u64 | reason u8
-//	drop         member u32
+//	establish    nonce u64 | member u32 | addrLen u8 | addr | n u8 | n × member u32 | signature
+//	deny         nonce u64 | reason u8 | signature
+//	drop         member u32 | signature
+//
+// The membership decisions (establish, deny, drop) are the authority's alone:
+// each ends with the authority's ed25519 signature (64 bytes) over every
+// byte before it, header included, so no other member can forge or alter
+// one. The Node checks it (Config.AuthorityPublicKey); Decode only takes it.
 //
 // A packet must be consumed exactly: trailing bytes are an error.
 
 // Version is the wire format version carried in every packet's first byte.
-const Version = 1
+// Version 2 added the authority's signature to establish, deny and drop.
+const Version = 2
+
+// SignatureSize is the length of the authority's signature on membership
+// packets.
+const SignatureSize = ed25519.SignatureSize
 
 // Wire bounds. A decoder rejects anything beyond them before it allocates.
 const (
@@ -135,6 +146,25 @@ type Packet struct {
 	StateAddr string     // establish: where the authority serves state over TCP
 	Members   []MemberID // establish: the members the newcomer should know
 	Reason    DenyReason // deny
+
+	// Signature is the authority's signature over the encoded packet
+	// before it (establish, deny, drop): SignatureSize bytes.
+	Signature []byte
+}
+
+// AuthoritySigned reports whether packets of kind k carry the authority's
+// signature: the membership decisions only the authority may take.
+func AuthoritySigned(k Kind) bool {
+	return k == KindEstablish || k == KindDeny || k == KindDrop
+}
+
+// SignedPart is the part of an encoded authority-signed packet that its
+// signature covers: everything but the trailing signature.
+func SignedPart(b []byte) []byte {
+	if len(b) < SignatureSize {
+		return nil
+	}
+	return b[:len(b)-SignatureSize]
 }
 
 // Errors returned by Decode; wrapped with detail.
@@ -213,6 +243,11 @@ func Decode(b []byte) (*Packet, error) {
 	case KindDrop:
 		p.Member = MemberID(r.u32())
 	}
+	if AuthoritySigned(kind) {
+		if sig := r.take(SignatureSize); sig != nil {
+			p.Signature = append([]byte(nil), sig...)
+		}
+	}
 	if r.err != nil {
 		return nil, fmt.Errorf("%s body: %w", kind, r.err)
 	}
@@ -287,6 +322,9 @@ func (p *Packet) Encode(dst []byte) ([]byte, error) {
 		len(p.Members) > MaxMembers || len(p.StateAddr) > maxAddrLen {
 		return dst, fmt.Errorf("%w: %s field over its bound", ErrTooLarge, p.Kind)
 	}
+	if signed := AuthoritySigned(p.Kind); signed && len(p.Signature) != SignatureSize || !signed && len(p.Signature) != 0 {
+		return dst, fmt.Errorf("%w: %s with a %d-byte signature", ErrMalformed, p.Kind, len(p.Signature))
+	}
 	start := len(dst)
 	dst = append(dst, Version, byte(p.Kind))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(p.Sender))
@@ -338,6 +376,7 @@ func (p *Packet) Encode(dst []byte) ([]byte, error) {
 	case KindDrop:
 		dst = binary.BigEndian.AppendUint32(dst, uint32(p.Member))
 	}
+	dst = append(dst, p.Signature...)
 	if len(dst)-start > MaxPacketSize {
 		return dst[:start], fmt.Errorf("%w: %s encodes to %d bytes, limit %d", ErrTooLarge, p.Kind, len(dst)-start, MaxPacketSize)
 	}

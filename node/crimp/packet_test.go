@@ -13,6 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// testSignature stands in for the authority's signature where only the
+// layout matters.
+var testSignature = bytes.Repeat([]byte{7}, SignatureSize)
+
 func samplePackets() []*Packet {
 	return []*Packet{
 		{Kind: KindData, Sender: 3, Time: 42, Seq: 9, Payload: []byte("fire"),
@@ -22,9 +26,9 @@ func samplePackets() []*Packet {
 		{Kind: KindRepair, Sender: 2, Time: 8, Source: 3, Seq: 77, SentAt: 6, Payload: []byte("x")},
 		{Kind: KindSession, Sender: 4, Time: 9, NextSeq: 10, OldestSeq: 3, Echoes: []Echo{{Peer: 1, Time: 5, HoldMicros: 250}}},
 		{Kind: KindRequestJoin, Sender: 0, Time: 10, Nonce: 0xdeadbeef},
-		{Kind: KindEstablish, Sender: 1, Time: 11, Nonce: 5, Member: 7, StateAddr: "10.0.0.1:7000", Members: []MemberID{1, 2}},
-		{Kind: KindDeny, Sender: 1, Time: 12, Nonce: 5, Reason: DenyFull},
-		{Kind: KindDrop, Sender: 1, Time: 13, Member: 7},
+		{Kind: KindEstablish, Sender: 1, Time: 11, Nonce: 5, Member: 7, StateAddr: "10.0.0.1:7000", Members: []MemberID{1, 2}, Signature: testSignature},
+		{Kind: KindDeny, Sender: 1, Time: 12, Nonce: 5, Reason: DenyFull, Signature: testSignature},
+		{Kind: KindDrop, Sender: 1, Time: 13, Member: 7, Signature: testSignature},
 	}
 }
 
@@ -62,7 +66,7 @@ func TestDecodeRejects(t *testing.T) {
 		want error
 	}{
 		{"empty", nil, ErrShort},
-		{"version", mutate(func(b []byte) []byte { b[0] = 2; return b }), ErrVersion},
+		{"version", mutate(func(b []byte) []byte { b[0] = Version + 1; return b }), ErrVersion},
 		{"kind zero", mutate(func(b []byte) []byte { b[1] = 0; return b }), ErrKind},
 		{"kind unknown", mutate(func(b []byte) []byte { b[1] = 200; return b }), ErrKind},
 		{"sender zero", mutate(func(b []byte) []byte { copy(b[2:6], []byte{0, 0, 0, 0}); return b }), ErrMalformed},
@@ -81,6 +85,9 @@ func TestDecodeRejects(t *testing.T) {
 		{Kind: KindEstablish, Sender: 1, Member: 2, Members: []MemberID{2}},
 		{Kind: KindData, Sender: 1, Seq: 1, Payload: make([]byte, MaxPayload+1)},
 		{Kind: KindDeny, Sender: 1, Nonce: 1},
+		{Kind: KindDrop, Sender: 1, Member: 2},                                      // unsigned
+		{Kind: KindDrop, Sender: 1, Member: 2, Signature: testSignature[:10]},       // short signature
+		{Kind: KindRequest, Sender: 1, Source: 2, Seq: 1, Signature: testSignature}, // signature where none goes
 	}
 	for _, p := range bad {
 		if _, err := p.Encode(nil); err == nil {
@@ -122,7 +129,7 @@ func FuzzStep(f *testing.F) {
 		f.Add(b, b)
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		n, err := New(Config{ID: 1, Peers: []MemberID{2, 3}, Authority: true, FEC: 2}, rand.New(rand.NewSource(1)))
+		n, err := New(Config{ID: 1, Peers: []MemberID{2, 3}, Authority: true, AuthorityKey: testAuthorityKey, FEC: 2}, rand.New(rand.NewSource(1)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,13 +19,13 @@ func TestStateTransfer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() {
-		served <- ServeState(ctx, ln, func(_ context.Context, member MemberID, w io.Writer) error {
+		served <- ServeState(ctx, ln, StateServerConfig{Snapshot: func(_ context.Context, member MemberID, w io.Writer) error {
 			if member == 99 {
 				return errors.New("no state for you")
 			}
 			_, err := w.Write(state)
 			return err
-		}, nil)
+		}})
 	}()
 	var got []byte
 	err = FetchState(context.Background(), ln.Addr().String(), 7, func(r io.Reader) error {

@@ -458,7 +458,7 @@ func backoff(base, limit time.Duration, fails int) time.Duration {
 func (a *Admission) ask(id peer.ID) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(a.ctx, a.cfg.FetchTimeout)
 	defer cancel()
-	st, err := a.h.NewStream(ctx, id, TokenProtocol)
+	st, err := a.h.NewStream(network.WithAllowLimitedConn(ctx, "token"), id, TokenProtocol) // one token: fits a relay
 	if err != nil {
 		if a.lacksService(id) {
 			return nil, errNoService
