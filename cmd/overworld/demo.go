@@ -29,6 +29,7 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		name := fs.String("name", "Wanderer", "your player's name")
 		dataDir := fs.String("data-dir", "", "directory for identities and the account database (default: a temporary one, removed at exit)")
 		noAccounts := fs.Bool("no-accounts", false, "run without the account server")
+		aggregate := fs.Bool("aggregate", false, "aggregated mode: players send their positions to the region's coordinator, which publishes one batch per interval (a player publishes directly while its coordinator does not answer)")
 		level := fs.String("log-level", "warn", "log level: debug, info, warn or error")
 		if err := parseFlags(fs, args); err != nil {
 			return err
@@ -51,7 +52,7 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		fmt.Fprintf(out, "starting %d bots and your player…\n", *bots)
 		d, err := demo.Start(ctx, demo.Config{
 			Bots: n, HTTP: *httpAddr, RegionsX: w, RegionsY: h, Seed: *seed, Name: *name,
-			DataDir: *dataDir, NoAccounts: *noAccounts, Logger: log,
+			DataDir: *dataDir, NoAccounts: *noAccounts, Aggregate: *aggregate, Logger: log,
 		})
 		if err != nil {
 			return err

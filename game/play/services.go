@@ -41,12 +41,21 @@ type RegionServicesConfig struct {
 	Game  game.Config
 	// PositionInterval is the gap between position updates.
 	PositionInterval time.Duration
+	// Aggregate runs region position multicast in aggregated mode
+	// (position.Config.Aggregate): a player sends its positions to its
+	// region's coordinator, and a coordinator publishes one batch per
+	// interval for each region it coordinates. Every peer of a network
+	// should agree on it, as a coordinator aggregates only in this mode.
+	Aggregate bool
 	// Accounts is this peer's client of the account server, logged in with
 	// its peer ID; nil runs without leases and token checks.
 	Accounts *accounts.Client
 	Logger   *slog.Logger
 	// Registerer receives the region and position metrics.
 	Registerer prometheus.Registerer
+
+	// positionOptions are added to the position service's (tests).
+	positionOptions []position.Option
 }
 
 // StartRegionServices builds the region services on n. The position
@@ -96,6 +105,7 @@ func StartRegionServices(ctx context.Context, n *node.Node, cfg RegionServicesCo
 	pcfg.World, pcfg.Width, pcfg.Height = cfg.World, cfg.Game.RegionsX, cfg.Game.RegionsY
 	pcfg.RegionUnits = cfg.Game.RegionUnits()
 	pcfg.Interval = cfg.PositionInterval
+	pcfg.Aggregate = cfg.Aggregate
 	pcfg.Expire = max(pcfg.Expire, 4*cfg.PositionInterval)
 	pcfg.MaxDelay = max(pcfg.MaxDelay, 2*cfg.PositionInterval)
 	pcfg.Rendezvous = max(pcfg.Rendezvous, cfg.PositionInterval)
@@ -113,6 +123,7 @@ func StartRegionServices(ctx context.Context, n *node.Node, cfg RegionServicesCo
 	if rs.Admission != nil {
 		popts = append(popts, position.WithAdmission(positionAdmission(rs.Admission)))
 	}
+	popts = append(popts, cfg.positionOptions...)
 	if rs.Positions, err = position.New(n, pcfg, popts...); err != nil {
 		return nil, err
 	}
