@@ -21,7 +21,11 @@
 // FallbackAfter updates of each player (failover.go). With
 // WithCoordinators the coordinators are taken from the region service
 // every interval, so the uplink and the batches accepted follow its
-// fail-overs and hand-overs.
+// fail-overs and hand-overs. A receiver takes a batch whole only from the
+// peer it names coordinator; from another, only the author's own entry
+// (signed by it like a direct update), which keeps a new coordinator's
+// player heard while receivers still name the old one. A Service that
+// never Moves (a headless peer) does the coordinator's part alone.
 //
 // Data flow on a receiver: gossipsub -> topic validator (size, decode,
 // author = named player or coordinator, region = topic, admission, the
