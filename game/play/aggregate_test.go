@@ -20,10 +20,11 @@ type seqLog struct {
 	on      bool
 	seqs    map[peer.ID][]uint64
 	batched map[peer.ID]int
+	how     map[peer.ID][]string // per delivery: batched or direct, and when
 }
 
 func newSeqLog() *seqLog {
-	return &seqLog{seqs: map[peer.ID][]uint64{}, batched: map[peer.ID]int{}}
+	return &seqLog{seqs: map[peer.ID][]uint64{}, batched: map[peer.ID]int{}, how: map[peer.ID][]string{}}
 }
 
 func (l *seqLog) hook(d position.Delivery) {
@@ -36,6 +37,11 @@ func (l *seqLog) hook(d position.Delivery) {
 		return // a coordinator's own batch repeats what it took directly
 	}
 	l.seqs[d.Player] = append(l.seqs[d.Player], d.Seq)
+	via := "direct"
+	if d.Batched {
+		via = "batched"
+	}
+	l.how[d.Player] = append(l.how[d.Player], fmt.Sprintf("%d %s at %s", d.Seq, via, d.Arrived.Format("15:04:05.000")))
 	if d.Batched {
 		l.batched[d.Player]++
 	}
@@ -51,6 +57,20 @@ func (l *seqLog) counts(p peer.ID) (all, batched int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.seqs[p]), l.batched[p]
+}
+
+// around describes the deliveries of p around its largest step.
+func (l *seqLog) around(p peer.ID) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, at, largest := l.seqs[p], 0, uint64(0)
+	for i := 1; i < len(s); i++ {
+		if s[i]-s[i-1] > largest {
+			at, largest = i, s[i]-s[i-1]
+		}
+	}
+	h := l.how[p]
+	return fmt.Sprint(h[max(at-3, 0):min(at+3, len(h))])
 }
 
 // largestStep is the largest step between consecutive sequence numbers of
@@ -69,17 +89,24 @@ func (l *seqLog) largestStep(p peer.ID) uint64 {
 // TestAggregatedCoordinatorKilled plays four peers in aggregated mode in
 // one region. The peer that coordinates the region (by the region
 // service) crashes mid-game: its node goes down without a goodbye. The
-// others publish their positions directly at once (the stream to it
-// breaks), the region service names another coordinator, and they go
-// back to sending it alone; through all of it every survivor misses at
-// most FallbackAfter consecutive updates of every other (counted in
-// sequence numbers: one update per interval).
+// others publish their positions directly while they have no working
+// coordinator (the stream to it breaks), the region service names another,
+// and they go back to sending it alone; through all of it every survivor
+// misses at most FallbackAfter consecutive updates of every other
+// (counted in sequence numbers: one update per interval), the new
+// coordinator's included, whose own updates travel in its batches before
+// every survivor names it.
 func TestAggregatedCoordinatorKilled(t *testing.T) {
 	rc := game.RegionCoord{X: 1, Y: 1}
 	const count = 4
 	logs := make([]*seqLog, count)
 	tn := newTestNetWith(t, count, rc, nil, func(i int, c *Config) {
 		c.Aggregate = true
+		// Twice the other tests' interval: the bound is counted in
+		// updates, but whether an update is taken still depends on time
+		// (MaxDelay, two intervals), and a batch waits up to an interval
+		// at its coordinator; -race on a busy machine needs the room.
+		c.PositionInterval = 300 * time.Millisecond
 		logs[i] = newSeqLog()
 		c.positionOptions = []position.Option{position.WithDeliveryHook(logs[i].hook)}
 	})
@@ -88,7 +115,17 @@ func TestAggregatedCoordinatorKilled(t *testing.T) {
 		ids[i] = p.h.ID()
 	}
 	coordOfRegion := func(p *Peer) peer.ID { c, _ := p.Regions().Coordinator(coordOf(rc)); return c }
-	waitFor(t, 30*time.Second, "the peers to agree on the region's coordinator", func() bool {
+	// Placement is stable once every routing table holds every other
+	// player; until then a coordinator may change hands (a hand-over, not
+	// the fail-over this test is about).
+	waitFor(t, 60*time.Second, "full routing tables and the peers to agree on the region's coordinator", func() bool {
+		for i, n := range tn.nodes {
+			for j, id := range ids {
+				if i != j && n.DHT().RoutingTable().Find(id) == "" {
+					return false
+				}
+			}
+		}
 		c0 := coordOfRegion(tn.peers[0])
 		for _, p := range tn.peers[1:] {
 			if coordOfRegion(p) != c0 {
@@ -144,11 +181,17 @@ func TestAggregatedCoordinatorKilled(t *testing.T) {
 		})
 	}
 	hear("batches from the first coordinator", 5, true)
-	if st := tn.peers[survivors[0]].pos.Stats(); st.PublishingDirect || st.SentUplink == 0 {
-		t.Fatalf("a player with a working coordinator: %+v", st)
-	}
+	waitFor(t, 60*time.Second, "every survivor to send to the first coordinator alone", func() bool {
+		for _, i := range survivors {
+			if st := tn.peers[i].pos.Stats(); st.PublishingDirect || st.SentUplink == 0 {
+				return false
+			}
+		}
+		return true
+	})
 
 	// The coordinator crashes: connections drop at once, nothing is said.
+	t.Logf("crash of %s at %s", tn.peers[victim].Name(), time.Now().Format("15:04:05.000"))
 	if err := tn.nodes[victim].Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +220,8 @@ func TestAggregatedCoordinatorKilled(t *testing.T) {
 			step := logs[r].largestStep(ids[s])
 			worst = max(worst, step)
 			if step > bound {
-				t.Errorf("%s missed %d consecutive updates of %s (bound FallbackAfter = %d)", tn.peers[r].Name(), step-1, tn.peers[s].Name(), bound-1)
+				t.Errorf("%s missed %d consecutive updates of %s (bound FallbackAfter = %d): %s; receiver ignored %v, rejected %v",
+					tn.peers[r].Name(), step-1, tn.peers[s].Name(), bound-1, logs[r].around(ids[s]), tn.peers[r].pos.Stats().Ignored, tn.peers[r].pos.Stats().Rejected)
 			}
 		}
 	}
@@ -189,8 +233,9 @@ func TestAggregatedCoordinatorKilled(t *testing.T) {
 		}
 		t.Logf("%s: fallbacks %v, resumed %d, published directly %d", tn.peers[i].Name(), st.Fallbacks, st.FallbackResumed, st.FallbackPublished)
 	}
-	t.Logf("largest step %d (missed %s in a row; bound %d)", worst, fmt.Sprint(worst-1), bound-1)
-	if fallbacks == 0 {
-		t.Error("no survivor counted a fallback")
-	}
+	// A survivor falls back when its stream to the victim breaks before
+	// its region service names the new coordinator; when the region
+	// service is first, none needs to. Either way the bound holds
+	// (regions/position's TestAggregatedFailover plays each fallback).
+	t.Logf("largest step %d (missed %s in a row; bound %d); %d fallbacks", worst, fmt.Sprint(worst-1), bound-1, fallbacks)
 }
