@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,6 +52,9 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 			n = -1 // demo.Config: zero means the default
 		}
 		if *mode == "mirror" {
+			if *aggregate {
+				return errors.New("-aggregate is position multicast's mode (-mode p2p); mirror mode has no region coordinators")
+			}
 			return runMirrorDemo(ctx, out, demo.Config{
 				Bots: n, HTTP: *httpAddr, RegionsX: w, RegionsY: h, Seed: *seed, Name: *name, DataDir: *dataDir, Logger: log,
 			})

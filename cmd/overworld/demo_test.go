@@ -36,3 +36,17 @@ func TestDemoAggregateFlag(t *testing.T) {
 		t.Fatalf("demo -aggregate returned %v", err)
 	}
 }
+
+// -aggregate is position multicast's: with mirror mode it is refused, not
+// ignored.
+func TestAggregateRefusedInMirrorMode(t *testing.T) {
+	for _, args := range [][]string{
+		{"demo", "-mode", "mirror", "-aggregate"},
+		{"play", "-mirror", "ws://127.0.0.1:1/ws", "-aggregate"},
+	} {
+		err := dispatch(context.Background(), args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "-aggregate") {
+			t.Errorf("%v: %v, want an error naming -aggregate", args, err)
+		}
+	}
+}

@@ -54,6 +54,9 @@ directly. Ctrl-C stops.`, out)
 			return err
 		}
 		if *mirrors != "" {
+			if *aggregate {
+				return errors.New("-aggregate is for playing on the overlay; with -mirror the mirrors carry the positions")
+			}
 			return runPlayMirror(ctx, out, playMirrorOptions{mirrors: *mirrors, accountURL: *accountF.url, user: *accountF.user,
 				passwordFile: *accountF.passwordFile, register: *accountF.register, bot: *bot, seed: *worldF.seed, dataDir: *dataDir, httpAddr: *httpAddr, log: log})
 		}
