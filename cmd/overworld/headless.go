@@ -17,13 +17,9 @@ import (
 
 // headlessConfig configures a headless full peer's services.
 type headlessConfig struct {
-	World   string
-	Game    game.Config
-	Account *play.Account // nil: no leases or token checks
-	// Aggregate: aggregated position mode, which the players of the
-	// network use; as a coordinator the peer then publishes one batch of
-	// their positions per interval for each region it coordinates.
-	Aggregate  bool
+	World      string
+	Game       game.Config
+	Account    *play.Account // nil: no leases or token checks
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -54,7 +50,7 @@ func startHeadless(ctx context.Context, n *node.Node, cfg headlessConfig) (*head
 	}
 	hp := &headless{}
 	rcfg := play.RegionServicesConfig{
-		World: cfg.World, Game: cfg.Game, PositionInterval: 150 * time.Millisecond, Aggregate: cfg.Aggregate,
+		World: cfg.World, Game: cfg.Game, PositionInterval: 150 * time.Millisecond,
 		Logger: cfg.Logger, Registerer: cfg.Registerer,
 	}
 	if cfg.Account != nil {

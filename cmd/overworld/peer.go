@@ -22,10 +22,10 @@ the world named by -world, -world-size and -seed, which must be the
 players': operators add capacity with it. With -account it logs in as -user
 (the password from -password-file, else OVERWORLD_PASSWORD, else a prompt)
 and coordinates only under the lease server's leases, checking every
-peer's token, as players do. With -aggregate (give it when the players do)
-it publishes, for each region it coordinates, one batch per interval of
-the positions the region's players send it. /metrics on -metrics shows the
-regions it holds (overworld_regions_held) and the batches it published
+peer's token, as players do. For each region it coordinates it publishes
+one batch per interval of the positions that players in aggregated mode
+(play -aggregate) send it. /metrics on -metrics shows the regions it holds
+(overworld_regions_held) and the batches it published
 (overworld_position_batches_published_total). Ctrl-C stops it and releases
 its leases.`, out)
 		dataDir := fs.String("data-dir", defaultDataDir("peer"), "directory for the identity key")
@@ -36,7 +36,6 @@ its leases.`, out)
 		dhtClient := fs.Bool("dht-client", false, "same as -dht client")
 		worldF := addWorldFlags(fs)
 		accountF := addAccountFlags(fs)
-		aggregate := fs.Bool("aggregate", false, "aggregated position mode, as the players' -aggregate: publish one batch per interval of the positions players send this peer for the regions it coordinates")
 		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9101 (empty: off)")
 		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 		if err := parseFlags(fs, args); err != nil {
@@ -84,7 +83,7 @@ its leases.`, out)
 			return err
 		}
 		defer n.Close()
-		hp, err := startHeadless(ctx, n, headlessConfig{World: *worldF.name, Game: g, Account: acct, Aggregate: *aggregate, Logger: log, Registerer: reg})
+		hp, err := startHeadless(ctx, n, headlessConfig{World: *worldF.name, Game: g, Account: acct, Logger: log, Registerer: reg})
 		if err != nil {
 			return err
 		}

@@ -42,11 +42,13 @@ func metricValue(t *testing.T, url, name string) float64 {
 	return -1
 }
 
-// `overworld peer -aggregate` coordinates a region in aggregated mode,
-// though it has no player of its own: the two players of the region (the
-// region services a player's peer runs, in aggregated mode) send it their
-// positions, it publishes them in batches (counted on its /metrics), and
-// the players hear each other without publishing directly.
+// `overworld peer` coordinates a region for players in aggregated mode,
+// though it has no player of its own (and needs no flag: a coordinator
+// batches what players send it whatever its own mode): the two players of
+// the region (the region services a player's peer runs, in aggregated
+// mode) send it their positions, it publishes them in batches (counted on
+// its /metrics), and the players hear each other without publishing
+// directly.
 func TestHeadlessPeerAggregates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -56,7 +58,7 @@ func TestHeadlessPeerAggregates(t *testing.T) {
 	}
 	defer d.Close()
 	const world, size = "batches", "2x2"
-	peerOut, peerDone := runCommand(t, "peer", "-aggregate", "-bootstrap", d.Bootstrap.Addrs()[0].String(),
+	peerOut, peerDone := runCommand(t, "peer", "-bootstrap", d.Bootstrap.Addrs()[0].String(),
 		"-listen", "/ip4/127.0.0.1/tcp/0", "-data-dir", t.TempDir(),
 		"-world", world, "-world-size", size, "-metrics", "127.0.0.1:0", "-log-level", "error")
 	headlessID, err := peer.Decode(waitOutput(t, peerOut, regexp.MustCompile(`peer (\S+) started`), peerDone, time.Minute)[1])

@@ -41,11 +41,12 @@ type RegionServicesConfig struct {
 	Game  game.Config
 	// PositionInterval is the gap between position updates.
 	PositionInterval time.Duration
-	// Aggregate runs region position multicast in aggregated mode
-	// (position.Config.Aggregate): a player sends its positions to its
-	// region's coordinator, and a coordinator publishes one batch per
-	// interval for each region it coordinates. Every peer of a network
-	// should agree on it, as a coordinator aggregates only in this mode.
+	// Aggregate puts this peer's player in aggregated mode
+	// (position.Config.Aggregate): it sends its positions to its region's
+	// coordinator instead of publishing them. The coordinator's side does
+	// not depend on it: every full peer, a headless one included, publishes
+	// one batch per interval of what players send it for each region it
+	// coordinates, so players of both modes mix in a network.
 	Aggregate bool
 	// Accounts is this peer's client of the account server, logged in with
 	// its peer ID; nil runs without leases and token checks.
