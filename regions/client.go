@@ -168,7 +168,13 @@ func (s *Service) do(ctx context.Context, c Coord, req *pb.Request) (*pb.Reply, 
 	}
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, wait()
+			// Not wait(): its timer may have fired too by the time it
+			// selects (a goroutine held up past the backoff), and it
+			// would return nil, a nil reply with no error.
+			if lastErr != nil {
+				return nil, fmt.Errorf("%w (last: %v)", err, lastErr)
+			}
+			return nil, err
 		}
 		if target == "" {
 			order := s.placement(c, suspects...)

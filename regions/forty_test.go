@@ -122,6 +122,9 @@ func TestFortyPeers(t *testing.T) {
 }
 
 func testPlacementAgreement(t *testing.T, cl *cluster) {
+	// First without help: no lookup of the test's until the peers agree.
+	unaided := cl.agreeUnaided(t, 45*time.Second)
+	t.Logf("all %d peers agree on coordinator and replica of all 16 regions after %s without lookups", fortyPeers, unaided)
 	took := cl.settle(t, 45*time.Second)
 	t.Logf("all %d peers agree on coordinator and replica of all 16 regions after %s", fortyPeers, took)
 

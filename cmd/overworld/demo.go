@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -29,6 +30,7 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		name := fs.String("name", "Wanderer", "your player's name")
 		dataDir := fs.String("data-dir", "", "directory for identities and the account database (default: a temporary one, removed at exit)")
 		noAccounts := fs.Bool("no-accounts", false, "run without the account server")
+		aggregate := fs.Bool("aggregate", false, "aggregated mode: players send their positions to the region's coordinator, which publishes one batch per interval (a player publishes directly while its coordinator does not answer)")
 		level := fs.String("log-level", "warn", "log level: debug, info, warn or error")
 		mode := fs.String("mode", "p2p", "p2p (peers on the libp2p overlay) or mirror (three mirrors over in-memory CRIMP, bots on each)")
 		if err := parseFlags(fs, args); err != nil {
@@ -50,6 +52,9 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 			n = -1 // demo.Config: zero means the default
 		}
 		if *mode == "mirror" {
+			if *aggregate {
+				return errors.New("-aggregate is position multicast's mode (-mode p2p); mirror mode has no region coordinators")
+			}
 			return runMirrorDemo(ctx, out, demo.Config{
 				Bots: n, HTTP: *httpAddr, RegionsX: w, RegionsY: h, Seed: *seed, Name: *name, DataDir: *dataDir, Logger: log,
 			})
@@ -59,7 +64,7 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		fmt.Fprintf(out, "starting %d bots and your player…\n", *bots)
 		d, err := demo.Start(ctx, demo.Config{
 			Bots: n, HTTP: *httpAddr, RegionsX: w, RegionsY: h, Seed: *seed, Name: *name,
-			DataDir: *dataDir, NoAccounts: *noAccounts, Logger: log,
+			DataDir: *dataDir, NoAccounts: *noAccounts, Aggregate: *aggregate, Logger: log,
 		})
 		if err != nil {
 			return err

@@ -22,8 +22,12 @@ the world named by -world, -world-size and -seed, which must be the
 players': operators add capacity with it. With -account it logs in as -user
 (the password from -password-file, else OVERWORLD_PASSWORD, else a prompt)
 and coordinates only under the lease server's leases, checking every
-peer's token, as players do. /metrics on -metrics shows the regions it holds
-(overworld_regions_held). Ctrl-C stops it and releases its leases.`, out)
+peer's token, as players do. For each region it coordinates it publishes
+one batch per interval of the positions that players in aggregated mode
+(play -aggregate) send it. /metrics on -metrics shows the regions it holds
+(overworld_regions_held) and the batches it published
+(overworld_position_batches_published_total). Ctrl-C stops it and releases
+its leases.`, out)
 		dataDir := fs.String("data-dir", defaultDataDir("peer"), "directory for the identity key")
 		bootstrapAddrs := fs.String("bootstrap", "", "comma-separated full multiaddrs (/ip4/…/tcp/…/p2p/<ID>) of bootstrap nodes")
 		port := fs.Int("listen-port", 0, "TCP and UDP (QUIC) port on every interface (0: any)")

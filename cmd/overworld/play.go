@@ -29,7 +29,10 @@ players of a network must give the same -world, -world-size and -seed) and
 serves the page on -http. With -account it logs in (the password comes from
 -password-file, else OVERWORLD_PASSWORD, else typed at a prompt without echo),
 restores the saved character and saves it every half minute and on exit.
-With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
+With -bot a bot plays instead of the page's keys. With -aggregate the
+player's positions go to its region's coordinator, which publishes them in
+one batch per interval; while the coordinator does not answer they go out
+directly. Ctrl-C stops.`, out)
 		bootstrapAddrs := fs.String("bootstrap", "", "comma-separated full multiaddrs (/ip4/…/tcp/…/p2p/<ID>) of bootstrap nodes")
 		dataDir := fs.String("data-dir", defaultDataDir("play"), "directory for the identity key")
 		port := fs.Int("listen-port", 0, "TCP and UDP (QUIC) port on every interface (0: any)")
@@ -38,6 +41,7 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		name := fs.String("name", "", "display name (default: the account name, else one made from the peer ID)")
 		worldF := addWorldFlags(fs)
 		bot := fs.Bool("bot", false, "let a bot play")
+		aggregate := fs.Bool("aggregate", false, "aggregated mode: send positions to the region's coordinator, which publishes one batch per interval for the region (positions go out directly while the coordinator does not answer)")
 		accountF := addAccountFlags(fs)
 		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz (empty: off)")
 		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -50,6 +54,9 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 			return err
 		}
 		if *mirrors != "" {
+			if *aggregate {
+				return errors.New("-aggregate is for playing on the overlay; with -mirror the mirrors carry the positions")
+			}
 			return runPlayMirror(ctx, out, playMirrorOptions{mirrors: *mirrors, accountURL: *accountF.url, user: *accountF.user,
 				passwordFile: *accountF.passwordFile, register: *accountF.register, bot: *bot, seed: *worldF.seed, dataDir: *dataDir, httpAddr: *httpAddr, log: log})
 		}
@@ -89,7 +96,7 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		}
 		defer n.Close()
 		p, err := play.New(ctx, n, play.Config{
-			World: *worldF.name, Game: g, Name: *name, Bot: *bot, BotSeed: *worldF.seed,
+			World: *worldF.name, Game: g, Name: *name, Bot: *bot, BotSeed: *worldF.seed, Aggregate: *aggregate,
 			Account: acct, Logger: log, Registerer: reg,
 		})
 		if err != nil {

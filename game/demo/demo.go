@@ -65,6 +65,10 @@ type Config struct {
 	NoAccounts bool
 	// PositionInterval is the gap between position updates (default 200 ms).
 	PositionInterval time.Duration
+	// Aggregate runs every player in aggregated mode (play.Config.Aggregate):
+	// positions go to the region's coordinator, which publishes one batch
+	// per interval.
+	Aggregate bool
 	// SaveEvery is the gap between two saves of each character (default
 	// play's, 30 s).
 	SaveEvery time.Duration
@@ -342,6 +346,7 @@ func (d *Demo) startPeer(ctx context.Context, i int, pc play.Config, start game.
 	pc.Game = d.cfg.GameConfig()
 	pc.StartRegion = &start
 	pc.PositionInterval = d.cfg.PositionInterval
+	pc.Aggregate = d.cfg.Aggregate
 	pc.CardInterval = 3 * time.Second
 	pc.RegionEvery = 400 * time.Millisecond
 	pc.SaveEvery = d.cfg.SaveEvery

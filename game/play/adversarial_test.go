@@ -3,6 +3,7 @@ package play
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -296,13 +297,16 @@ func TestAdversarialFightStats(t *testing.T) {
 	if !out.Accepted {
 		t.Fatalf("attack refused: %s", out.Refusal)
 	}
-	want := game.FightOutcome(mallory.ID(), bob.ID(), counter, mine, bobPublic)
+	want := game.FightOutcome(mallory.ID(), bob.ID(), out.Draw, mine, bobPublic)
 	if got := resultFrom(out.Result); got != want {
 		t.Fatalf("bob computed %+v, want %+v from mallory's card", got, want)
 	}
 	if got := bob.Player().Health; got != before-want.DefenderDamage {
 		t.Errorf("bob's health %d -> %d, his own computation says %d damage", before, got, want.DefenderDamage)
 	}
+	waitFor(t, 10*time.Second, "bob to record the fight", func() bool {
+		return bob.fightsCounted(t, "defender", "stale")+bob.fightsCounted(t, "defender", "fought") > 0
+	})
 	if bob.fightsCounted(t, "defender", "stale") != 1 || bob.mismatches(t) != 0 {
 		t.Errorf("the declared state should count as a stale view: stale %v, mismatches %v",
 			bob.fightsCounted(t, "defender", "stale"), bob.mismatches(t))
@@ -337,28 +341,36 @@ func TestAdversarialFightMismatch(t *testing.T) {
 		})
 		return rec
 	}
-	lastOf := func(p *Peer) FightRecord {
-		f := p.Fights()
-		return f[len(f)-1]
+	// The defender records a fight once the attacker has settled it.
+	lastOf := func(p *Peer, counter uint64) FightRecord {
+		t.Helper()
+		var rec FightRecord
+		waitFor(t, 10*time.Second, p.Name()+" to record fight "+fmt.Sprint(counter), func() bool {
+			f := p.Fights()
+			if len(f) == 0 || f[len(f)-1].Counter != counter || f[len(f)-1].Defender != p.ID() {
+				return false
+			}
+			rec = f[len(f)-1]
+			return true
+		})
+		return rec
 	}
 
 	rec := fight(mallory, bob)
-	if !rec.Mismatch || !lastOf(bob).Mismatch {
-		t.Errorf("modified attacker: attacker %+v, defender %+v", rec, lastOf(bob))
+	if def := lastOf(bob, rec.Counter); !rec.Mismatch || !def.Mismatch {
+		t.Errorf("modified attacker: attacker %+v, defender %+v", rec, def)
 	}
 	rec = fight(bob, mallory)
-	if !rec.Mismatch || !lastOf(mallory).Mismatch {
-		t.Errorf("modified defender: attacker %+v, defender %+v", rec, lastOf(mallory))
+	if def := lastOf(mallory, rec.Counter); !rec.Mismatch || !def.Mismatch {
+		t.Errorf("modified defender: attacker %+v, defender %+v", rec, def)
 	}
 	// The defender counts once its answer is on the way.
 	waitFor(t, 10*time.Second, "two mismatches counted on each side", func() bool {
 		return bob.mismatches(t) == 2 && mallory.mismatches(t) == 2
 	})
 
-	// An honest computation with a forged result.
-	mallory.mu.Lock()
-	mallory.rule = game.FightOutcome
-	mallory.mu.Unlock()
+	// An honest computation with a forged result: mallory settles with a
+	// fatal blow whatever the draw.
 	syncedCards(t, bob, mallory)
 	mallory.mu.Lock()
 	me := mallory.publicSelfLocked()
@@ -366,18 +378,20 @@ func TestAdversarialFightMismatch(t *testing.T) {
 	counter, _ := mallory.av.TryFight()
 	mallory.mu.Unlock()
 	seen := game.Fighter{Skill: c.Skill, Health: c.Health}
-	a := NewAttack(mallory.ID(), bob.ID(), counter+100, me, seen)
-	a.Result = &playpb.Result{Hit: true, DefenderDamage: 60, Roll: 0}
-	out, err := SendAttack(ctx, mallory.h, bob.h.ID(), a)
+	forged := func(a, d game.PlayerID, draw uint64, af, df game.Fighter) game.FightResult {
+		return game.FightResult{Hit: true, DefenderDamage: 60, Roll: 0}
+	}
+	out, err := sendAttackWith(ctx, forged, rand.Reader, mallory.h, bob.h.ID(), NewAttack(mallory.ID(), bob.ID(), counter+100, me, seen))
 	if err != nil {
 		t.Fatal(err)
 	}
 	settled := SettleAttack(mallory.ID(), bob.ID(), counter+100, me, seen, out)
-	if !out.Mismatch || !settled.Mismatch || !lastOf(bob).Mismatch {
-		t.Errorf("forged result: outcome %+v, attacker %+v, defender %+v", out, settled, lastOf(bob))
+	def := lastOf(bob, counter+100)
+	if settled.Mismatch || !def.Mismatch || def.Theirs.DefenderDamage != 60 {
+		t.Errorf("forged result: outcome %+v, attacker (honest rule) %+v, defender %+v", out, settled, def)
 	}
 	waitFor(t, 10*time.Second, "bob to count the forged result", func() bool { return bob.mismatches(t) == 3 })
-	if got, want := lastOf(bob).Mine, game.FightOutcome(mallory.ID(), bob.ID(), counter+100, me, seen); got != want {
+	if got, want := def.Mine, game.FightOutcome(mallory.ID(), bob.ID(), out.Draw, me, seen); got != want {
 		t.Errorf("bob computed %+v, the rule says %+v", got, want)
 	}
 }
@@ -424,11 +438,15 @@ func TestFightSidesAgree(t *testing.T) {
 			rec, err = attacker.Attack(ctx, defender.ID())
 			return err == nil
 		})
-		fs := defender.Fights()
-		def := fs[len(fs)-1]
-		if def.Counter != rec.Counter {
-			t.Fatalf("fight %d: the defender's last fight is %d, the attacker's %d", i, def.Counter, rec.Counter)
-		}
+		var def FightRecord
+		waitFor(t, 10*time.Second, fmt.Sprintf("the defender to record fight %d", i), func() bool {
+			fs := defender.Fights()
+			if len(fs) == 0 || fs[len(fs)-1].Counter != rec.Counter || fs[len(fs)-1].Attacker != rec.Attacker {
+				return false
+			}
+			def = fs[len(fs)-1]
+			return true
+		})
 		if rec.Mismatch || def.Mismatch || rec.Stale != def.Stale {
 			t.Fatalf("fight %d: attacker %+v, defender %+v", i, rec, def)
 		}
@@ -437,7 +455,7 @@ func TestFightSidesAgree(t *testing.T) {
 			stale++
 			continue
 		}
-		if rec.Mine != def.Mine || rec.Theirs != def.Mine {
+		if rec.Mine != def.Mine || rec.Theirs != def.Mine || def.Theirs != rec.Mine || rec.Draw != def.Draw {
 			t.Fatalf("fight %d with the same inputs: attacker %+v, defender %+v", i, rec, def)
 		}
 	}

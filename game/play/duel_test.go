@@ -15,10 +15,10 @@ import (
 
 // TestDuelPieces runs fights over FightProtocol between two mocknet hosts
 // with the exported halves of the protocol: with the same view of each
-// other both sides compute the same outcome; the defender fights the
-// attacker as it saw it, whatever the attack declares, and a stale view
-// is told apart from a mismatch; a stale counter is refused with its
-// reason.
+// other both sides compute the same outcome from the same draw, and the
+// defender gets the attacker's settle; the defender fights the attacker
+// as it saw it, whatever the attack declares, and a stale view is told
+// apart from a mismatch; a stale counter is refused with its reason.
 func TestDuelPieces(t *testing.T) {
 	mn, err := mocknet.FullMeshConnected(2)
 	if err != nil {
@@ -47,8 +47,11 @@ func TestDuelPieces(t *testing.T) {
 		seenAny, last = true, a.Counter
 		// The defender knows the attacker from its card: me.
 		out, rec := DefendAttack(aID, dID, a, me, defState)
-		records <- rec
 		_ = WriteOutcome(s, out)
+		if theirs, err := a.ReadSettle(); err == nil {
+			rec = Settled(rec, theirs)
+		}
+		records <- rec
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -67,8 +70,9 @@ func TestDuelPieces(t *testing.T) {
 	for counter := range uint64(3) {
 		rec := fight(counter, me, defState)
 		def := <-records
-		want := game.FightOutcome(aID, dID, counter, me, defState)
-		if rec.Mismatch || rec.Stale || rec.Mine != want || def.Mismatch || def.Stale || def.Mine != want {
+		want := game.FightOutcome(aID, dID, rec.Draw, me, defState)
+		if rec.Mismatch || rec.Stale || rec.Mine != want || def.Mismatch || def.Stale || def.Mine != want ||
+			!def.Settled || def.Theirs != want || def.Draw != rec.Draw {
 			t.Fatalf("fight %d: attacker %+v, defender %+v, want %+v", counter, rec, def, want)
 		}
 	}
@@ -83,7 +87,7 @@ func TestDuelPieces(t *testing.T) {
 	// its card shows it.
 	rec = fight(4, game.Fighter{Skill: game.MaxSkill, Health: game.MaxHealth}, defState)
 	def = <-records
-	if want := game.FightOutcome(aID, dID, 4, me, defState); def.Mine != want {
+	if want := game.FightOutcome(aID, dID, rec.Draw, me, defState); def.Mine != want {
 		t.Fatalf("defender used the declared state: %+v, want %+v", def.Mine, want)
 	}
 	out, err := SendAttack(ctx, attacker, defender.ID(), NewAttack(aID, dID, 1, me, defState))

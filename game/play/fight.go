@@ -20,22 +20,47 @@ import (
 // fighters' states as the public record gives them: its own as its last
 // card published it, the other's as the other's card last reached it —
 // never the state the other side declares in the fight, which a hostile
-// player would make up. The attacker picks the counter (its own fight
-// count) and sends its inputs and result. The defender checks the
-// attacker's login token, then the attack (alive, attacker seen within
-// fight range and its card known, counter fresh, not faster than the
-// cooldown), computes, applies its own damage and answers with its inputs
-// and result. Each side applies the damage to itself (each peer is the
-// authority over its own player). When the two used the same inputs their
-// results must agree; either side that finds otherwise reports a mismatch
-// (metric, log, chat notice), and the defender's answer carries its
-// finding, so both sides flag it. When the inputs differ (a card was in
-// flight) the fight counts as stale and nothing is compared.
+// player would make up.
+//
+// The fight's randomness is a draw neither side can choose (FightDraw):
+// SHA-256 over both player IDs, the fight's counter and a 32-byte nonce
+// from each side, exchanged as a commitment scheme. The attacker opens
+// with the counter (its own fight count) and the states it uses; the
+// defender answers with the hash of a fresh nonce, fixing its nonce before
+// it sees the attacker's; the attacker then reveals its own fresh nonce,
+// fixing it before it learns the defender's; the defender computes,
+// applies its damage and answers with its nonce and result; the attacker
+// checks that the nonce opens the commitment (else the fight is void and
+// counted, bad_nonce), computes and settles with its result. A hostile
+// attacker trying counters or nonces until the roll favours it is
+// therefore guessing: whatever it sends, the draw is uniform to it, since
+// it does not know the defender's nonce until its own is fixed. A hostile
+// defender cannot steer the draw either (its nonce is bound by the
+// commitment before the attacker's is known); what either side can still
+// do is walk away once it knows the outcome — the defender before
+// answering, the attacker before settling — which changes nothing already
+// applied: the defender's damage is applied before its answer, and the
+// attacker's computation is only compared. (Up to protocol 2.0.0 the draw
+// came from the IDs and the attacker's counter alone, and an attacker
+// could try counters until one hit.)
+//
+// The defender checks the attacker's login token before reading a byte,
+// then the attack (alive, attacker seen within fight range and its card
+// known, counter fresh, not faster than the cooldown). Each side applies
+// the damage to itself (each peer is the authority over its own player).
+// When the two used the same inputs their results must agree; either side
+// that finds otherwise reports a mismatch (metric, log, chat notice): the
+// attacker on the defender's answer, the defender on the attacker's
+// settle. When the inputs differ (a card was in flight) the fight counts
+// as stale and nothing is compared.
 
 // FightRecord is one fight as this peer saw it.
 type FightRecord struct {
 	Attacker, Defender game.PlayerID
 	Counter            uint64
+	// Draw is the fight's random draw (FightDraw), from both sides'
+	// nonces; game.FightOutcome takes it in place of a counter.
+	Draw uint64
 	// Mine is this peer's computation, Theirs the other side's.
 	Mine, Theirs game.FightResult
 	// Mismatch: the two sides used the same inputs and computed different
@@ -44,6 +69,9 @@ type FightRecord struct {
 	Mismatch, Stale bool
 	// DefenderDied reports that the attack was fatal.
 	DefenderDied bool
+	// Settled: the other side's computation arrived (a defender's record
+	// lacks it when the attacker walked away before settling).
+	Settled bool
 }
 
 // maxFights is how many fight records a peer keeps.
@@ -109,7 +137,7 @@ func (p *Peer) Attack(ctx context.Context, target game.PlayerID) (FightRecord, e
 // attack runs the attacker's side of one fight.
 func (p *Peer) attack(ctx context.Context, target other, counter uint64) (rec FightRecord, err error) {
 	p.mu.Lock()
-	rule := p.rule
+	rule, nonces := p.rule, p.nonces
 	me := p.publicSelfLocked()
 	// A player whose card has not arrived is taken for a fresh one, as
 	// the page shows it.
@@ -129,7 +157,12 @@ func (p *Peer) attack(ctx context.Context, target other, counter uint64) (rec Fi
 	}()
 
 	attacker, defender := p.id, game.PlayerID(target.id.String())
-	out, err := SendAttack(ctx, p.h, target.id, newAttackWith(rule, attacker, defender, counter, me, seen))
+	out, err := sendAttackWith(ctx, rule, nonces, p.h, target.id, NewAttack(attacker, defender, counter, me, seen))
+	if errors.Is(err, ErrBadNonce) {
+		p.metrics.fights.WithLabelValues("attacker", "bad_nonce").Inc()
+		p.log.Warn("fight voided: the defender's nonce does not open its commitment", "defender", target.id)
+		return FightRecord{Attacker: attacker, Defender: defender, Counter: counter}, err
+	}
 	if err != nil {
 		p.metrics.fights.WithLabelValues("attacker", "failed").Inc()
 		return FightRecord{Attacker: attacker, Defender: defender, Counter: counter}, err
@@ -171,6 +204,8 @@ func (p *Peer) attack(ctx context.Context, target other, counter uint64) (rec Fi
 func (p *Peer) countFight(role string, rec FightRecord) {
 	result := "fought"
 	switch {
+	case !rec.Settled:
+		result = "unsettled"
 	case rec.Mismatch:
 		result = "mismatch"
 	case rec.Stale:
@@ -201,7 +236,10 @@ func (p *Peer) handleFight(s network.Stream) {
 		s.Reset()
 		return
 	}
-	a, err := ReadAttack(s)
+	p.mu.Lock()
+	nonces := p.nonces
+	p.mu.Unlock()
+	a, err := readAttackWith(s, nonces)
 	if err != nil {
 		p.metrics.fightRefusals.WithLabelValues("malformed").Inc()
 		p.log.Debug("bad attack", "from", from, "err", err)
@@ -218,10 +256,24 @@ func (p *Peer) handleFight(s network.Stream) {
 	p.mu.Lock()
 	out, rec, name := p.defend(from, a, attackerPos, now)
 	p.mu.Unlock()
-	if err := writeFrame(s, out, MaxFightMessageBytes); err != nil {
+	if err := WriteOutcome(s, out); err != nil {
 		s.Reset()
 	}
-	if out.Accepted && rec.Mismatch {
+	if !out.Accepted {
+		return
+	}
+	// The damage is applied; the attacker's settle only tells whether the
+	// two computations agree.
+	if theirs, err := a.ReadSettle(); err == nil {
+		rec = Settled(rec, theirs)
+	} else {
+		p.log.Debug("attacker did not settle", "from", from, "err", err)
+	}
+	p.mu.Lock()
+	p.recordFight(rec)
+	p.mu.Unlock()
+	p.countFight("defender", rec)
+	if rec.Mismatch {
 		p.reportMismatch(rec, name)
 	}
 }
@@ -245,8 +297,9 @@ func (p *Peer) admitStream(from peer.ID) string {
 	}
 }
 
-// defend decides an attack and applies it. Caller holds p.mu.
-func (p *Peer) defend(from peer.ID, a *playpb.Attack, attackerPos *game.Vec, now time.Time) (*playpb.Outcome, FightRecord, string) {
+// defend decides an attack and applies it; the caller records it once the
+// attacker has settled. Caller holds p.mu.
+func (p *Peer) defend(from peer.ID, a *Incoming, attackerPos *game.Vec, now time.Time) (*playpb.Outcome, FightRecord, string) {
 	name := p.nameOf(from)
 	refuse := func(reason, why string) (*playpb.Outcome, FightRecord, string) {
 		p.metrics.fights.WithLabelValues("defender", "refused").Inc()
@@ -291,8 +344,6 @@ func (p *Peer) defend(from peer.ID, a *playpb.Attack, attackerPos *game.Vec, now
 	} else {
 		p.notice("event", "", fmt.Sprintf("%s attacked you and missed.", name))
 	}
-	p.recordFight(rec)
-	p.countFight("defender", rec)
 	return out, rec, name
 }
 
@@ -345,7 +396,7 @@ func (p *Peer) Fights() []FightRecord {
 func (p *Peer) reportMismatch(rec FightRecord, name string) {
 	p.metrics.fightMismatches.Inc()
 	p.log.Warn("fight outcome mismatch", "attacker", rec.Attacker, "defender", rec.Defender,
-		"counter", rec.Counter, "mine", rec.Mine, "theirs", rec.Theirs)
+		"counter", rec.Counter, "draw", rec.Draw, "mine", rec.Mine, "theirs", rec.Theirs)
 	p.mu.Lock()
 	p.addMessage(webui.Message{Kind: "system", Text: fmt.Sprintf("Fight with %s: the two sides computed different outcomes (reported).", name)})
 	p.mu.Unlock()

@@ -27,13 +27,13 @@ func fuzzSeeds(f *testing.F, msgs ...proto.Message) {
 
 func FuzzDecodeAttack(f *testing.F) {
 	fuzzSeeds(f, &playpb.Attack{Counter: 3, Attacker: &playpb.Fighter{Skill: 10, Health: 90},
-		DefenderSeen: &playpb.Fighter{Skill: 12, Health: 100}, Result: &playpb.Result{Hit: true, DefenderDamage: 8, Roll: 20}})
+		DefenderSeen: &playpb.Fighter{Skill: 12, Health: 100}})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		a, err := DecodeAttack(b)
 		if err != nil {
 			return
 		}
-		if a.Attacker.Skill < 1 || a.Attacker.Health > 100 || a.Result.Roll > 99 || len(b) > MaxFightMessageBytes {
+		if a.Attacker.Skill < 1 || a.Attacker.Health > 100 || a.DefenderSeen.Skill < 1 || len(b) > MaxFightMessageBytes {
 			t.Fatalf("accepted out-of-range attack %+v", a)
 		}
 	})
@@ -42,14 +42,47 @@ func FuzzDecodeAttack(f *testing.F) {
 func FuzzDecodeOutcome(f *testing.F) {
 	fuzzSeeds(f, &playpb.Outcome{Accepted: true, Defender: &playpb.Fighter{Skill: 10, Health: 100},
 		AttackerSeen: &playpb.Fighter{Skill: 12, Health: 40},
-		Result:       &playpb.Result{Roll: 70, AttackerDamage: 2}}, &playpb.Outcome{Refusal: "out of range"})
+		Result:       &playpb.Result{Roll: 70, AttackerDamage: 2}, Nonce: make([]byte, NonceBytes)},
+		&playpb.Outcome{Refusal: "out of range"})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		o, err := DecodeOutcome(b)
 		if err != nil {
 			return
 		}
-		if o.Accepted && (o.Defender == nil || o.AttackerSeen == nil || o.Result == nil) {
+		if o.Accepted && (o.Defender == nil || o.AttackerSeen == nil || o.Result == nil || len(o.Nonce) != NonceBytes) {
 			t.Fatalf("accepted outcome without its fields: %+v", o)
+		}
+	})
+}
+
+func FuzzDecodeCommitment(f *testing.F) {
+	fuzzSeeds(f, &playpb.Commitment{NonceHash: nonceCommitment(make([]byte, NonceBytes))})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if c, err := DecodeCommitment(b); err == nil && len(c.NonceHash) != 32 {
+			t.Fatalf("accepted a commitment of %d bytes", len(c.NonceHash))
+		}
+	})
+}
+
+func FuzzDecodeReveal(f *testing.F) {
+	fuzzSeeds(f, &playpb.Reveal{Nonce: make([]byte, NonceBytes)}, &playpb.Reveal{Nonce: []byte("short")})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeReveal(b); err == nil && len(r.Nonce) != NonceBytes {
+			t.Fatalf("accepted a nonce of %d bytes", len(r.Nonce))
+		}
+	})
+}
+
+func FuzzDecodeSettle(f *testing.F) {
+	fuzzSeeds(f, &playpb.Settle{Result: &playpb.Result{Hit: true, DefenderDamage: 9, AttackerDamage: 2, Roll: 12}},
+		&playpb.Settle{Result: &playpb.Result{Roll: 100}})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := DecodeSettle(b)
+		if err != nil {
+			return
+		}
+		if r := s.Result; r.Roll < 0 || r.Roll > 99 || r.DefenderDamage < 0 || r.AttackerDamage > 100 {
+			t.Fatalf("accepted out-of-range result %+v", r)
 		}
 	})
 }

@@ -2,8 +2,10 @@ package play
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -47,6 +49,13 @@ type Config struct {
 	// PositionInterval is the gap between two position updates (default
 	// 150 ms, the position package's).
 	PositionInterval time.Duration
+	// Aggregate sends the player's positions to its region's coordinator
+	// (the peer that coordinates the region's objects), which publishes one
+	// batch per interval for the whole region, instead of publishing them
+	// on the region's topic itself. While the coordinator does not answer
+	// (position.Config.FallbackAfter updates) the player publishes directly
+	// as well, and goes back when it answers again.
+	Aggregate bool
 	// CardInterval is the gap between two player cards on the chat topic
 	// when nothing changed (default 2 s).
 	CardInterval time.Duration
@@ -62,6 +71,9 @@ type Config struct {
 	// Registerer receives the runtime's metrics; default a private registry
 	// (several peers may share a process).
 	Registerer prometheus.Registerer
+
+	// positionOptions are added to the position service's (tests).
+	positionOptions []position.Option
 }
 
 // Account is a login on an account server.
@@ -195,6 +207,7 @@ type Peer struct {
 	attackers map[peer.ID]attackSeen
 	fights    []FightRecord
 	rule      fightRule // game.FightOutcome; tests give a peer another
+	nonces    io.Reader // fight nonces: crypto/rand; tests give a seeded one
 	latency   time.Duration
 	cardSeq   uint64
 	lastCard  cardState
@@ -235,7 +248,7 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 		rs: map[game.RegionCoord]*regionState{}, topics: map[game.RegionCoord]*chatTopic{},
 		cards: map[peer.ID]*cardEntry{}, smoothers: map[peer.ID]*game.Smoother{},
 		regrowing: map[game.ObjectID]bool{}, attackers: map[peer.ID]attackSeen{},
-		rule: game.FightOutcome, chatLimit: position.NewAuthorLimiter(chatEvery, chatBurst, maxChatAuthors),
+		rule: game.FightOutcome, nonces: rand.Reader, chatLimit: position.NewAuthorLimiter(chatEvery, chatBurst, maxChatAuthors),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -262,8 +275,8 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 		}
 	}
 	rs, err := StartRegionServices(ctx, n, RegionServicesConfig{
-		World: cfg.World, Game: cfg.Game, PositionInterval: cfg.PositionInterval,
-		Accounts: p.acct, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		World: cfg.World, Game: cfg.Game, PositionInterval: cfg.PositionInterval, Aggregate: cfg.Aggregate,
+		Accounts: p.acct, Logger: cfg.Logger, Registerer: cfg.Registerer, positionOptions: cfg.positionOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("play: %w", err)
@@ -288,6 +301,11 @@ func (p *Peer) Node() *node.Node { return p.n }
 
 // Regions is the peer's region service.
 func (p *Peer) Regions() *regions.Service { return p.regions }
+
+// PositionStats returns the position service's counters: what the player
+// published, sent to coordinators and heard, and its fallbacks to direct
+// publishing in aggregated mode.
+func (p *Peer) PositionStats() position.Stats { return p.pos.Stats() }
 
 // Player returns a copy of the player's own state.
 func (p *Peer) Player() game.Player {

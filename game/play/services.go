@@ -41,12 +41,22 @@ type RegionServicesConfig struct {
 	Game  game.Config
 	// PositionInterval is the gap between position updates.
 	PositionInterval time.Duration
+	// Aggregate puts this peer's player in aggregated mode
+	// (position.Config.Aggregate): it sends its positions to its region's
+	// coordinator instead of publishing them. The coordinator's side does
+	// not depend on it: every full peer, a headless one included, publishes
+	// one batch per interval of what players send it for each region it
+	// coordinates, so players of both modes mix in a network.
+	Aggregate bool
 	// Accounts is this peer's client of the account server, logged in with
 	// its peer ID; nil runs without leases and token checks.
 	Accounts *accounts.Client
 	Logger   *slog.Logger
 	// Registerer receives the region and position metrics.
 	Registerer prometheus.Registerer
+
+	// positionOptions are added to the position service's (tests).
+	positionOptions []position.Option
 }
 
 // StartRegionServices builds the region services on n. The position
@@ -96,6 +106,7 @@ func StartRegionServices(ctx context.Context, n *node.Node, cfg RegionServicesCo
 	pcfg.World, pcfg.Width, pcfg.Height = cfg.World, cfg.Game.RegionsX, cfg.Game.RegionsY
 	pcfg.RegionUnits = cfg.Game.RegionUnits()
 	pcfg.Interval = cfg.PositionInterval
+	pcfg.Aggregate = cfg.Aggregate
 	pcfg.Expire = max(pcfg.Expire, 4*cfg.PositionInterval)
 	pcfg.MaxDelay = max(pcfg.MaxDelay, 2*cfg.PositionInterval)
 	pcfg.Rendezvous = max(pcfg.Rendezvous, cfg.PositionInterval)
@@ -113,6 +124,7 @@ func StartRegionServices(ctx context.Context, n *node.Node, cfg RegionServicesCo
 	if rs.Admission != nil {
 		popts = append(popts, position.WithAdmission(positionAdmission(rs.Admission)))
 	}
+	popts = append(popts, cfg.positionOptions...)
 	if rs.Positions, err = position.New(n, pcfg, popts...); err != nil {
 		return nil, err
 	}

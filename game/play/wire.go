@@ -3,6 +3,7 @@ package play
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 
 // Protocol IDs and topic suffix of the player runtime.
 const (
-	FightProtocol   = "/overworld/fight/2.0.0"
+	FightProtocol   = "/overworld/fight/3.0.0"
 	WhisperProtocol = "/overworld/whisper/1.0.0"
 	// ChatTopicSuffix follows regions.TopicPrefix in a region's chat topic.
 	ChatTopicSuffix = "/chat"
@@ -101,8 +102,53 @@ func DecodeAttack(b []byte) (*playpb.Attack, error) {
 	if err := proto.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("decode attack: %w", err)
 	}
-	if err := errors.Join(checkFighter("attacker", m.Attacker), checkFighter("defender", m.DefenderSeen), checkResult(m.Result)); err != nil {
+	if err := errors.Join(checkFighter("attacker", m.Attacker), checkFighter("defender", m.DefenderSeen)); err != nil {
 		return nil, fmt.Errorf("decode attack: %w", err)
+	}
+	return &m, nil
+}
+
+// DecodeCommitment decodes and validates the defender's Commitment.
+func DecodeCommitment(b []byte) (*playpb.Commitment, error) {
+	if len(b) > MaxFightMessageBytes {
+		return nil, fmt.Errorf("decode commitment: %d bytes, limit %d", len(b), MaxFightMessageBytes)
+	}
+	var m playpb.Commitment
+	if err := proto.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode commitment: %w", err)
+	}
+	if len(m.NonceHash) != sha256.Size {
+		return nil, fmt.Errorf("decode commitment: hash of %d bytes, want %d", len(m.NonceHash), sha256.Size)
+	}
+	return &m, nil
+}
+
+// DecodeReveal decodes and validates the attacker's Reveal.
+func DecodeReveal(b []byte) (*playpb.Reveal, error) {
+	if len(b) > MaxFightMessageBytes {
+		return nil, fmt.Errorf("decode reveal: %d bytes, limit %d", len(b), MaxFightMessageBytes)
+	}
+	var m playpb.Reveal
+	if err := proto.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode reveal: %w", err)
+	}
+	if len(m.Nonce) != NonceBytes {
+		return nil, fmt.Errorf("decode reveal: nonce of %d bytes, want %d", len(m.Nonce), NonceBytes)
+	}
+	return &m, nil
+}
+
+// DecodeSettle decodes and validates the attacker's Settle.
+func DecodeSettle(b []byte) (*playpb.Settle, error) {
+	if len(b) > MaxFightMessageBytes {
+		return nil, fmt.Errorf("decode settle: %d bytes, limit %d", len(b), MaxFightMessageBytes)
+	}
+	var m playpb.Settle
+	if err := proto.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode settle: %w", err)
+	}
+	if err := checkResult(m.Result); err != nil {
+		return nil, fmt.Errorf("decode settle: %w", err)
 	}
 	return &m, nil
 }
@@ -125,6 +171,9 @@ func DecodeOutcome(b []byte) (*playpb.Outcome, error) {
 	if err := errors.Join(checkFighter("defender", m.Defender), checkFighter("attacker as seen", m.AttackerSeen), checkResult(m.Result)); err != nil {
 		return nil, fmt.Errorf("decode outcome: %w", err)
 	}
+	if len(m.Nonce) != NonceBytes {
+		return nil, fmt.Errorf("decode outcome: nonce of %d bytes, want %d", len(m.Nonce), NonceBytes)
+	}
 	return &m, nil
 }
 
@@ -138,6 +187,10 @@ func resultFrom(r *playpb.Result) game.FightResult {
 
 func fighterOf(f game.Fighter) *playpb.Fighter {
 	return &playpb.Fighter{Skill: f.Skill, Health: f.Health}
+}
+
+func fighterFrom(f *playpb.Fighter) game.Fighter {
+	return game.Fighter{Skill: f.GetSkill(), Health: f.GetHealth()}
 }
 
 func checkRegion(x, y int32, cfg game.Config) error {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	"google.golang.org/protobuf/proto"
@@ -34,7 +35,9 @@ type attackScene struct {
 	delivered []*atomic.Int64 // per honest peer: the attacker's updates it took
 }
 
-func newAttackScene(t *testing.T, honest int) *attackScene {
+// opts make options for the honest peers' services given the first honest
+// peer's ID.
+func newAttackScene(t *testing.T, honest int, opts ...func(first peer.ID) position.Option) *attackScene {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -49,11 +52,19 @@ func newAttackScene(t *testing.T, honest int) *attackScene {
 		n := newMockNode(t, mn, i, nil, position.NewScoring())
 		count := &atomic.Int64{}
 		sc.delivered = append(sc.delivered, count)
-		svc, err := position.New(n, cfg, position.WithDeliveryHook(func(d position.Delivery) {
+		popts := []position.Option{position.WithDeliveryHook(func(d position.Delivery) {
 			if d.Player == attacker.ID() {
 				count.Add(1)
 			}
-		}))
+		})}
+		first := n.ID()
+		if i > 0 {
+			first = sc.honest[0].node.ID()
+		}
+		for _, o := range opts {
+			popts = append(popts, o(first))
+		}
+		svc, err := position.New(n, cfg, popts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,4 +247,91 @@ func TestAdversarialPositionFlood(t *testing.T) {
 		}
 	}
 	sc.assertAttackerAt(sc.at)
+}
+
+// TestAdversarialBatchFromNonCoordinator: a peer that does not coordinate
+// the region by the receivers' view publishes batches. Its own entry is
+// taken (the message is signed by it, as a direct update is: this is what
+// keeps a new coordinator's player heard while the others still name the
+// old one); the entries it makes up for other players are not, and a
+// batch of only those is ignored as not_coordinator.
+func TestAdversarialBatchFromNonCoordinator(t *testing.T) {
+	// Every honest peer names the first of them the coordinator of every
+	// region, from its first tick on.
+	sc := newAttackScene(t, 3, func(first peer.ID) position.Option {
+		return position.WithCoordinators(func(regions.Coord) peer.ID { return first })
+	})
+	made := randomID(t)
+	sc.settle()
+	batchSeq := uint64(0)
+	publishBatch := func(updates ...*position.Update) {
+		t.Helper()
+		batchSeq++
+		data, err := proto.Marshal(&position.Envelope{Body: &position.Envelope_Batch{Batch: &position.Batch{
+			Coordinator: []byte(sc.attacker.ID()), RegionX: int32(sc.mid.X), RegionY: int32(sc.mid.Y), Seq: batchSeq, Updates: updates,
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sc.topics[sc.mid].Publish(context.Background(), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	madeSeq := uint64(0)
+	madeUp := func() *position.Update {
+		madeSeq++
+		u := sc.update(sc.at, time.Now())
+		sc.seq-- // not the attacker's
+		u.Player, u.Seq = []byte(made), madeSeq
+		return u
+	}
+
+	own := sc.update(sc.at, time.Now())
+	publishBatch(own, madeUp())
+	resent := time.Now()
+	waitFor(t, 2*time.Minute, "every honest peer to take the batch author's own entry", func() bool {
+		for _, p := range sc.honest {
+			found := false
+			for _, s := range p.svc.View(time.Now()) {
+				found = found || (s.Player == sc.attacker.ID() && s.Seq >= own.Seq)
+			}
+			if !found {
+				if time.Since(resent) > 2*time.Second {
+					own = sc.update(sc.at, time.Now())
+					publishBatch(own, madeUp())
+					resent = time.Now()
+				}
+				return false
+			}
+		}
+		return true
+	})
+	sc.untilCounted("a batch of made-up players only", position.Ignore, position.ReasonNotCoordinator, func() { publishBatch(madeUp()) })
+	for i, p := range sc.honest {
+		if p.svc.Stats().RendezvousFailed > 0 {
+			// A failed rendezvous forgets the coordinator until the next
+			// tick, and a peer that knows none takes any batch.
+			t.Logf("honest peer %d: a rendezvous failed; not checked for made-up players", i)
+			continue
+		}
+		for _, s := range p.svc.View(time.Now()) {
+			if s.Player == made {
+				t.Errorf("honest peer %d took a made-up player from a batch of a peer that does not coordinate the region", i)
+			}
+		}
+	}
+	sc.assertAttackerAt(sc.at)
+}
+
+func randomID(t *testing.T) peer.ID {
+	t.Helper()
+	sk, _, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPrivateKey(sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -31,6 +31,14 @@ var (
 		"Updates dropped without penalty (duplicates, reordering, ...), by reason.", []string{"reason"}, nil)
 	descRendezvous = prometheus.NewDesc("overworld_position_rendezvous_total",
 		"Registrations with region coordinators, by result.", []string{"result"}, nil)
+	descFallbacks = prometheus.NewDesc("overworld_position_fallbacks_total",
+		"Aggregated mode: times this player started publishing its updates directly, by reason (no_coordinator, uplink_failed, unanswered).", []string{"reason"}, nil)
+	descFallbackResumed = prometheus.NewDesc("overworld_position_fallback_resumed_total",
+		"Aggregated mode: times the coordinator answered again and this player went back to sending it alone.", nil, nil)
+	descFallbackPublished = prometheus.NewDesc("overworld_position_fallback_published_total",
+		"Aggregated mode: updates this player published directly because its coordinator did not answer.", nil, nil)
+	descPublishingDirect = prometheus.NewDesc("overworld_position_publishing_direct",
+		"Aggregated mode: 1 while this player publishes its updates directly (fallback), else 0.", nil, nil)
 	descStreamBytes = prometheus.NewDesc("overworld_position_stream_bytes_total",
 		"Bytes on position streams to and from coordinators, by direction.", []string{"direction"}, nil)
 )
@@ -38,7 +46,8 @@ var (
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublished, descUplink, descBatches, descBatchEntries, descDelivered,
-		descLost, descRejected, descIgnored, descRendezvous, descStreamBytes} {
+		descLost, descRejected, descIgnored, descRendezvous, descStreamBytes,
+		descFallbacks, descFallbackResumed, descFallbackPublished, descPublishingDirect} {
 		ch <- d
 	}
 }
@@ -66,4 +75,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRendezvous, st.RendezvousFailed, "failed")
 	counter(descStreamBytes, st.StreamBytesOut, "out")
 	counter(descStreamBytes, st.StreamBytesIn, "in")
+	for _, r := range []string{FallbackNoCoordinator, FallbackUplinkFailed, FallbackUnanswered} {
+		counter(descFallbacks, st.Fallbacks[r], r)
+	}
+	counter(descFallbackResumed, st.FallbackResumed)
+	counter(descFallbackPublished, st.FallbackPublished)
+	direct := 0.0
+	if st.PublishingDirect {
+		direct = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descPublishingDirect, prometheus.GaugeValue, direct)
 }

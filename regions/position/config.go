@@ -62,6 +62,15 @@ type Config struct {
 	// Aggregate selects aggregated mode: updates go to the region
 	// coordinator, which publishes one batch per interval.
 	Aggregate bool
+	// FallbackAfter is, in aggregated mode, how many of its updates a
+	// player lets its coordinator leave unanswered (not heard back in one
+	// of the coordinator's batches) before it publishes them on the topic
+	// itself; it goes back to the coordinator alone as soon as its own
+	// update comes back in a batch again. With no coordinator known, or
+	// the stream to it broken, the player publishes directly at once. When
+	// a coordinator fails, receivers therefore miss at most FallbackAfter
+	// of a player's updates (see failover.go).
+	FallbackAfter int
 	// Rendezvous is how often a player re-registers with the coordinators of
 	// the regions it subscribes to and connects to the members they name.
 	Rendezvous time.Duration
@@ -96,6 +105,7 @@ func DefaultConfig() Config {
 		Rendezvous:       5 * time.Second,
 		CoordinatorTTL:   10 * time.Second,
 		MaxMembers:       MaxMembers,
+		FallbackAfter:    2,
 		Now:              time.Now,
 
 		MinRelocationInterval: 3 * time.Second,
@@ -169,6 +179,9 @@ func (c Config) validate() error {
 	}
 	if c.CoordinatorTTL <= 0 {
 		errs = append(errs, fmt.Errorf("coordinator TTL %s: want > 0", c.CoordinatorTTL))
+	}
+	if c.FallbackAfter < 1 || c.FallbackAfter > 64 {
+		errs = append(errs, fmt.Errorf("fallback after %d unanswered updates: want 1..64", c.FallbackAfter))
 	}
 	if c.MaxMembers < 1 || c.MaxMembers > MaxMembers {
 		errs = append(errs, fmt.Errorf("max members %d: want 1..%d", c.MaxMembers, MaxMembers))

@@ -13,7 +13,19 @@
 // updates over the direct stream protocol /overworld/position/1.0.0 to the
 // region's coordinator (regions.Placement over the peers that run this
 // protocol, or, with WithCoordinators, the region service's coordinator),
-// which publishes one Batch per interval.
+// which publishes one Batch per interval. A player hears its own update
+// back in the coordinator's batch; when the coordinator leaves
+// Config.FallbackAfter updates unanswered (or none is known, or its stream
+// breaks) the player publishes on the topic itself as well, until an
+// update comes back again, so a failed coordinator costs receivers at most
+// FallbackAfter updates of each player (failover.go). With
+// WithCoordinators the coordinators are taken from the region service
+// every interval, so the uplink and the batches accepted follow its
+// fail-overs and hand-overs. A receiver takes a batch whole only from the
+// peer it names coordinator; from another, only the author's own entry
+// (signed by it like a direct update), which keeps a new coordinator's
+// player heard while receivers still name the old one. A Service that
+// never Moves (a headless peer) does the coordinator's part alone.
 //
 // Data flow on a receiver: gossipsub -> topic validator (size, decode,
 // author = named player or coordinator, region = topic, admission, the

@@ -26,6 +26,14 @@ type Stats struct {
 	UplinkReceived   uint64 // updates received from players as a coordinator
 	StreamBytesOut   uint64 // bytes written on position streams (both roles)
 	StreamBytesIn    uint64 // bytes read from position streams (both roles)
+	// Aggregated mode's fallback to direct publishing (failover.go):
+	// how often it started, by reason; how often the coordinator's
+	// answer ended it; the updates published directly meanwhile (also in
+	// Published); and whether the player publishes directly now.
+	Fallbacks         map[string]uint64
+	FallbackResumed   uint64
+	FallbackPublished uint64
+	PublishingDirect  bool
 }
 
 // counters is the concurrent side of Stats.
@@ -34,12 +42,23 @@ type counters struct {
 	batches, batchEntries, delivered        atomic.Uint64
 	rendezvousOK, rendezvousFail, joinsSeen atomic.Uint64
 	uplinkReceived, streamOut, streamIn     atomic.Uint64
+	resumed, fallbackPublished              atomic.Uint64
+	direct                                  atomic.Bool
 
-	mu       sync.Mutex
-	rejected map[string]uint64
-	ignored  map[string]uint64
-	tracker  TrackerStats
+	mu        sync.Mutex
+	rejected  map[string]uint64
+	ignored   map[string]uint64
+	fallbacks map[string]uint64
+	tracker   TrackerStats
 }
+
+func (c *counters) fallback(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fallbacks[reason]++
+}
+
+func (c *counters) setDirect(direct bool) { c.direct.Store(direct) }
 
 func (c *counters) setTracker(t TrackerStats) {
 	c.mu.Lock()
@@ -54,7 +73,7 @@ func (c *counters) trackerStats() TrackerStats {
 }
 
 func newCounters() *counters {
-	return &counters{rejected: map[string]uint64{}, ignored: map[string]uint64{}}
+	return &counters{rejected: map[string]uint64{}, ignored: map[string]uint64{}, fallbacks: map[string]uint64{}}
 }
 
 func (c *counters) verdict(v Verdict, reason string) {
@@ -91,6 +110,11 @@ func (c *counters) snapshot(t TrackerStats) Stats {
 		UplinkReceived:   c.uplinkReceived.Load(),
 		StreamBytesOut:   c.streamOut.Load(),
 		StreamBytesIn:    c.streamIn.Load(),
+
+		Fallbacks:         maps.Clone(c.fallbacks),
+		FallbackResumed:   c.resumed.Load(),
+		FallbackPublished: c.fallbackPublished.Load(),
+		PublishingDirect:  c.direct.Load(),
 	}
 	for k, v := range c.rejected {
 		s.Rejected[k] = v

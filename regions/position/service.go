@@ -117,6 +117,7 @@ type Service struct {
 	uplink      *uplink
 	rendezvous  map[regions.Coord]time.Time // next rendezvous per subscribed region
 	inFlight    map[regions.Coord]bool
+	fb          fallback // aggregated mode: when to publish directly too
 
 	runCtx context.Context
 	wg     sync.WaitGroup
@@ -174,6 +175,7 @@ func New(n *node.Node, cfg Config, opts ...Option) (*Service, error) {
 		rendezvous:  map[regions.Coord]time.Time{},
 		inFlight:    map[regions.Coord]bool{},
 		streams:     map[network.Stream]struct{}{},
+		fb:          fallback{after: uint64(cfg.FallbackAfter)},
 	}
 	s.candidates = func(_ context.Context, key string) ([]peer.ID, error) {
 		return n.ClosestKnown(key, 8), nil
@@ -323,21 +325,36 @@ func (s *Service) shutdown() {
 
 // tick is one interval: adjust subscriptions, publish (or send to the
 // coordinator), publish batches this peer coordinates, start due
-// rendezvous, and expire old state.
+// rendezvous, and expire old state. A peer without a placed player (a
+// headless peer, or a player before its first Move) does the
+// coordinator's part only: players send it their updates all the same
+// when it coordinates their region.
 func (s *Service) tick(ctx context.Context) {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	placed, pos := s.placed, s.pos
 	s.mu.Unlock()
-	if !placed || ctx.Err() != nil {
+	if ctx.Err() != nil {
+		return
+	}
+	if !placed {
+		s.mu.Lock()
+		batches := s.takeBatches()
+		s.expire(now)
+		s.mu.Unlock()
+		s.publishBatches(ctx, batches)
 		return
 	}
 	s.updateSubscriptions(ctx, now, pos)
+	s.refreshCoordinators(now)
 	// Joining topics can take a while on a busy peer, and the player moves
 	// meanwhile: stamp the update with the time its position is read, or
-	// receivers would judge a long move against a short interval.
-	now = s.cfg.Now()
+	// receivers would judge a long move against a short interval. Read the
+	// clock under the lock, with the position: a tick held up waiting for
+	// it while Move goes on would otherwise send a position newer than its
+	// stamp (a walk that looks too fast, rejected as a teleport).
 	s.mu.Lock()
+	now = s.cfg.Now()
 	s.seq++
 	own := s.grid.RegionOf(s.pos)
 	u := &Update{
@@ -354,11 +371,17 @@ func (s *Service) tick(ctx context.Context) {
 	s.mu.Unlock()
 
 	if s.cfg.Aggregate {
-		s.sendUplink(ctx, own, u)
+		s.sendAggregated(ctx, own, u)
 	} else {
 		s.publish(ctx, own, &Envelope{Body: &Envelope_Update{Update: u}})
 		s.count.published.Add(1)
 	}
+	s.publishBatches(ctx, batches)
+}
+
+// publishBatches publishes the batches of the regions this peer
+// coordinates, each on its region's topic.
+func (s *Service) publishBatches(ctx context.Context, batches []*Batch) {
 	for _, b := range batches {
 		s.publish(ctx, coordOf(b.RegionX, b.RegionY), &Envelope{Body: &Envelope_Batch{Batch: b}})
 		s.count.batches.Add(1)
@@ -508,6 +531,7 @@ func (s *Service) validator(c regions.Coord) pubsub.ValidatorEx {
 	return func(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 		v, reason, acc := s.check(c, msg)
 		s.count.verdict(v, reason)
+		s.noteEcho(msg)
 		switch v {
 		case Accept:
 			msg.ValidatorData = acc
@@ -586,8 +610,12 @@ func (s *Service) check(c regions.Coord, msg *pubsub.Message) (Verdict, string, 
 		}
 		if e, ok := s.coordinator[c]; ok && e.id != author {
 			// By this peer's view someone else coordinates the region:
-			// placement is changing; drop without blame.
-			return Ignore, ReasonNotCoordinator, accepted{}
+			// placement is changing. The other players' entries are the
+			// author's word only: drop them without blame. Its own entry
+			// is as good as a direct update, the message being signed by
+			// it: take that, or a new coordinator's player would go
+			// unheard until every receiver names it.
+			return s.authorsOwnEntry(c, author, bt, now)
 		}
 		acc := accepted{batched: true}
 		for _, u := range bt.Updates {
@@ -616,6 +644,29 @@ func (s *Service) check(c regions.Coord, msg *pubsub.Message) (Verdict, string, 
 // ReasonNotCoordinator marks a batch from a peer that does not coordinate
 // the region by the receiver's view.
 const ReasonNotCoordinator = "not_coordinator"
+
+// authorsOwnEntry takes, of a batch from a peer that does not coordinate
+// region c by this peer's view, the entry of its author alone. Called
+// with s.mu held.
+func (s *Service) authorsOwnEntry(c regions.Coord, author peer.ID, bt *Batch, now time.Time) (Verdict, string, accepted) {
+	var own *Update
+	for _, u := range bt.Updates {
+		if peer.ID(u.Player) == author {
+			own = u
+			break
+		}
+	}
+	if own == nil {
+		return Ignore, ReasonNotCoordinator, accepted{}
+	}
+	if coordOf(own.RegionX, own.RegionY) != c {
+		return Reject, ReasonWrongRegion, accepted{}
+	}
+	if v, reason := s.tracker.Observe(author, own, now); v != Accept {
+		return v, reason, accepted{}
+	}
+	return Accept, "", accepted{updates: []*Update{own}, batched: true}
+}
 
 // Seen is another player as this player sees it now.
 type Seen struct {

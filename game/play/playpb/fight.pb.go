@@ -4,15 +4,26 @@
 // 	protoc        v3.21.12
 // source: fight.proto
 
-// The fight protocol, /overworld/fight/2.0.0: one stream per attack. The
-// attacker sends an Attack, the defender answers with one Outcome, and the
-// stream closes. Both sides compute game.FightOutcome from
-// game.FightSeed(both player IDs, counter) and the two fighters' states as
-// their public cards give them: each side takes its own state from the
-// card it last published and the other's from the card it last received,
-// never from what the other side declares in the fight. Each side sends
-// the states it used; when both used the same, the results must agree,
-// and either side that finds they do not flags a mismatch.
+// The fight protocol, /overworld/fight/3.0.0: one stream per attack, five
+// messages in turn:
+//
+//   attacker -> Attack      the fight's counter, the attacker's state as its
+//                           last card published it, the defender's as the
+//                           attacker last saw its card
+//   defender -> Commitment  SHA-256 of a fresh random nonce of its own
+//   attacker -> Reveal      a fresh random nonce of its own
+//   defender -> Outcome     its nonce (opening the commitment) and its
+//                           computation, or a refusal
+//   attacker -> Settle      its computation
+//
+// Both sides compute game.FightOutcome with a draw derived from both player
+// IDs, the counter and both nonces, from the two fighters' states as their
+// public cards give them (never from what the other side declares). The
+// attacker fixes its nonce before it learns the defender's, and the
+// defender fixed its own before it learned the attacker's: neither can
+// steer the draw (see game/play's fight.go). Each side says which states it
+// used; when both used the same, the results must agree, and either side
+// that finds they do not flags a mismatch.
 
 package playpb
 
@@ -154,14 +165,12 @@ func (x *Result) GetRoll() int32 {
 }
 
 // Attack opens a fight: the attacker's counter, its own state as its last
-// card published it, the defender's as the attacker last saw its card, and
-// the result the attacker computed from those.
+// card published it, and the defender's as the attacker last saw its card.
 type Attack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Counter       uint64                 `protobuf:"varint,1,opt,name=counter,proto3" json:"counter,omitempty"`
 	Attacker      *Fighter               `protobuf:"bytes,2,opt,name=attacker,proto3" json:"attacker,omitempty"`
 	DefenderSeen  *Fighter               `protobuf:"bytes,3,opt,name=defender_seen,json=defenderSeen,proto3" json:"defender_seen,omitempty"`
-	Result        *Result                `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -217,9 +226,93 @@ func (x *Attack) GetDefenderSeen() *Fighter {
 	return nil
 }
 
-func (x *Attack) GetResult() *Result {
+// Commitment binds the defender to its nonce before it sees the
+// attacker's.
+type Commitment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NonceHash     []byte                 `protobuf:"bytes,1,opt,name=nonce_hash,json=nonceHash,proto3" json:"nonce_hash,omitempty"` // 32 bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Commitment) Reset() {
+	*x = Commitment{}
+	mi := &file_fight_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Commitment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Commitment) ProtoMessage() {}
+
+func (x *Commitment) ProtoReflect() protoreflect.Message {
+	mi := &file_fight_proto_msgTypes[3]
 	if x != nil {
-		return x.Result
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Commitment.ProtoReflect.Descriptor instead.
+func (*Commitment) Descriptor() ([]byte, []int) {
+	return file_fight_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Commitment) GetNonceHash() []byte {
+	if x != nil {
+		return x.NonceHash
+	}
+	return nil
+}
+
+// Reveal is the attacker's nonce, sent once it holds the commitment.
+type Reveal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nonce         []byte                 `protobuf:"bytes,1,opt,name=nonce,proto3" json:"nonce,omitempty"` // 32 bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reveal) Reset() {
+	*x = Reveal{}
+	mi := &file_fight_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reveal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reveal) ProtoMessage() {}
+
+func (x *Reveal) ProtoReflect() protoreflect.Message {
+	mi := &file_fight_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reveal.ProtoReflect.Descriptor instead.
+func (*Reveal) Descriptor() ([]byte, []int) {
+	return file_fight_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Reveal) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
 	}
 	return nil
 }
@@ -228,19 +321,19 @@ func (x *Attack) GetResult() *Result {
 type Outcome struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Accepted      bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	Refusal       string                 `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`    // why the attack was refused, if not accepted
-	Defender      *Fighter               `protobuf:"bytes,3,opt,name=defender,proto3" json:"defender,omitempty"`  // the defender's state as its last card published it
-	Result        *Result                `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`      // the defender's computation
-	Mismatch      bool                   `protobuf:"varint,5,opt,name=mismatch,proto3" json:"mismatch,omitempty"` // the attacker's result differs for the same inputs
+	Refusal       string                 `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`   // why the attack was refused, if not accepted
+	Defender      *Fighter               `protobuf:"bytes,3,opt,name=defender,proto3" json:"defender,omitempty"` // the defender's state as its last card published it
+	Result        *Result                `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`     // the defender's computation
 	DefenderDied  bool                   `protobuf:"varint,6,opt,name=defender_died,json=defenderDied,proto3" json:"defender_died,omitempty"`
 	AttackerSeen  *Fighter               `protobuf:"bytes,7,opt,name=attacker_seen,json=attackerSeen,proto3" json:"attacker_seen,omitempty"` // the attacker's state as the defender last saw its card
+	Nonce         []byte                 `protobuf:"bytes,8,opt,name=nonce,proto3" json:"nonce,omitempty"`                                   // the defender's nonce, 32 bytes, opening its commitment
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_fight_proto_msgTypes[3]
+	mi := &file_fight_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +345,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_fight_proto_msgTypes[3]
+	mi := &file_fight_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +358,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_fight_proto_rawDescGZIP(), []int{3}
+	return file_fight_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Outcome) GetAccepted() bool {
@@ -296,13 +389,6 @@ func (x *Outcome) GetResult() *Result {
 	return nil
 }
 
-func (x *Outcome) GetMismatch() bool {
-	if x != nil {
-		return x.Mismatch
-	}
-	return false
-}
-
 func (x *Outcome) GetDefenderDied() bool {
 	if x != nil {
 		return x.DefenderDied
@@ -313,6 +399,58 @@ func (x *Outcome) GetDefenderDied() bool {
 func (x *Outcome) GetAttackerSeen() *Fighter {
 	if x != nil {
 		return x.AttackerSeen
+	}
+	return nil
+}
+
+func (x *Outcome) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+// Settle is the attacker's computation, for the defender to compare.
+type Settle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Settle) Reset() {
+	*x = Settle{}
+	mi := &file_fight_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Settle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Settle) ProtoMessage() {}
+
+func (x *Settle) ProtoReflect() protoreflect.Message {
+	mi := &file_fight_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Settle.ProtoReflect.Descriptor instead.
+func (*Settle) Descriptor() ([]byte, []int) {
+	return file_fight_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Settle) GetResult() *Result {
+	if x != nil {
+		return x.Result
 	}
 	return nil
 }
@@ -329,20 +467,27 @@ const file_fight_proto_rawDesc = "" +
 	"\x03hit\x18\x01 \x01(\bR\x03hit\x12'\n" +
 	"\x0fdefender_damage\x18\x02 \x01(\x05R\x0edefenderDamage\x12'\n" +
 	"\x0fattacker_damage\x18\x03 \x01(\x05R\x0eattackerDamage\x12\x12\n" +
-	"\x04roll\x18\x04 \x01(\x05R\x04roll\"\xc5\x01\n" +
+	"\x04roll\x18\x04 \x01(\x05R\x04roll\"\x9b\x01\n" +
 	"\x06Attack\x12\x18\n" +
 	"\acounter\x18\x01 \x01(\x04R\acounter\x123\n" +
 	"\battacker\x18\x02 \x01(\v2\x17.overworld.play.FighterR\battacker\x12<\n" +
-	"\rdefender_seen\x18\x03 \x01(\v2\x17.overworld.play.FighterR\fdefenderSeen\x12.\n" +
-	"\x06result\x18\x04 \x01(\v2\x16.overworld.play.ResultR\x06result\"\xa3\x02\n" +
+	"\rdefender_seen\x18\x03 \x01(\v2\x17.overworld.play.FighterR\fdefenderSeenJ\x04\b\x04\x10\x05\"+\n" +
+	"\n" +
+	"Commitment\x12\x1d\n" +
+	"\n" +
+	"nonce_hash\x18\x01 \x01(\fR\tnonceHash\"\x1e\n" +
+	"\x06Reveal\x12\x14\n" +
+	"\x05nonce\x18\x01 \x01(\fR\x05nonce\"\xa3\x02\n" +
 	"\aOutcome\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\arefusal\x18\x02 \x01(\tR\arefusal\x123\n" +
 	"\bdefender\x18\x03 \x01(\v2\x17.overworld.play.FighterR\bdefender\x12.\n" +
-	"\x06result\x18\x04 \x01(\v2\x16.overworld.play.ResultR\x06result\x12\x1a\n" +
-	"\bmismatch\x18\x05 \x01(\bR\bmismatch\x12#\n" +
+	"\x06result\x18\x04 \x01(\v2\x16.overworld.play.ResultR\x06result\x12#\n" +
 	"\rdefender_died\x18\x06 \x01(\bR\fdefenderDied\x12<\n" +
-	"\rattacker_seen\x18\a \x01(\v2\x17.overworld.play.FighterR\fattackerSeenB5Z3github.com/overworld-p2p/overworld/game/play/playpbb\x06proto3"
+	"\rattacker_seen\x18\a \x01(\v2\x17.overworld.play.FighterR\fattackerSeen\x12\x14\n" +
+	"\x05nonce\x18\b \x01(\fR\x05nonceJ\x04\b\x05\x10\x06\"8\n" +
+	"\x06Settle\x12.\n" +
+	"\x06result\x18\x01 \x01(\v2\x16.overworld.play.ResultR\x06resultB5Z3github.com/overworld-p2p/overworld/game/play/playpbb\x06proto3"
 
 var (
 	file_fight_proto_rawDescOnce sync.Once
@@ -356,20 +501,23 @@ func file_fight_proto_rawDescGZIP() []byte {
 	return file_fight_proto_rawDescData
 }
 
-var file_fight_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_fight_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_fight_proto_goTypes = []any{
-	(*Fighter)(nil), // 0: overworld.play.Fighter
-	(*Result)(nil),  // 1: overworld.play.Result
-	(*Attack)(nil),  // 2: overworld.play.Attack
-	(*Outcome)(nil), // 3: overworld.play.Outcome
+	(*Fighter)(nil),    // 0: overworld.play.Fighter
+	(*Result)(nil),     // 1: overworld.play.Result
+	(*Attack)(nil),     // 2: overworld.play.Attack
+	(*Commitment)(nil), // 3: overworld.play.Commitment
+	(*Reveal)(nil),     // 4: overworld.play.Reveal
+	(*Outcome)(nil),    // 5: overworld.play.Outcome
+	(*Settle)(nil),     // 6: overworld.play.Settle
 }
 var file_fight_proto_depIdxs = []int32{
 	0, // 0: overworld.play.Attack.attacker:type_name -> overworld.play.Fighter
 	0, // 1: overworld.play.Attack.defender_seen:type_name -> overworld.play.Fighter
-	1, // 2: overworld.play.Attack.result:type_name -> overworld.play.Result
-	0, // 3: overworld.play.Outcome.defender:type_name -> overworld.play.Fighter
-	1, // 4: overworld.play.Outcome.result:type_name -> overworld.play.Result
-	0, // 5: overworld.play.Outcome.attacker_seen:type_name -> overworld.play.Fighter
+	0, // 2: overworld.play.Outcome.defender:type_name -> overworld.play.Fighter
+	1, // 3: overworld.play.Outcome.result:type_name -> overworld.play.Result
+	0, // 4: overworld.play.Outcome.attacker_seen:type_name -> overworld.play.Fighter
+	1, // 5: overworld.play.Settle.result:type_name -> overworld.play.Result
 	6, // [6:6] is the sub-list for method output_type
 	6, // [6:6] is the sub-list for method input_type
 	6, // [6:6] is the sub-list for extension type_name
@@ -388,7 +536,7 @@ func file_fight_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fight_proto_rawDesc), len(file_fight_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
