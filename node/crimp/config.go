@@ -295,6 +295,10 @@ func (c Config) validateDuty() []error {
 		errs = append(errs, fmt.Errorf("want SessionInterval %v < LeaseTimeout %v < TakeoverAfter %v, or leases lapse between sessions or overlap a takeover",
 			c.SessionInterval, c.LeaseTimeout, c.TakeoverAfter))
 	}
+	if c.LeaseTimeout >= c.DropAfter {
+		errs = append(errs, fmt.Errorf("LeaseTimeout %v must be below DropAfter %v, or a holder cut off from the majority drops it before its lease ends",
+			c.LeaseTimeout, c.DropAfter))
+	}
 	if size := establishSize(c.MaxGroup, len(c.StateAddr)); size > MaxPacketSize {
 		errs = append(errs, fmt.Errorf("an establishment for MaxGroup %d with a %d-byte StateAddr takes %d bytes, over %d",
 			c.MaxGroup, len(c.StateAddr), size, MaxPacketSize))

@@ -38,7 +38,11 @@ import (
 // holder and stops following once it voted, so by the time a majority
 // voted the old holder's lease is over: two holders never decide at once,
 // and a partition side without a majority admits, drops and grants
-// nothing. (This assumes one-way delays well below TakeoverAfter -
+// nothing. A holder's admissions in the last LeaseTimeout before a
+// takeover may go unheard by the new holder, so a takeover skips MaxGroup
+// IDs, and the new holder drops the members it does not know (they join
+// again). Admissions themselves can pause the lease: a new member counts
+// towards the majority before its first session echoes the holder. (This assumes one-way delays well below TakeoverAfter -
 // LeaseTimeout, and that session packets are the senders' own: CRIMP does
 // not authenticate the sender of unsigned packets, so a hostile member can
 // keep a dead holder's lease alive by forging its peers' sessions; it
@@ -339,6 +343,10 @@ func (n *Node) checkWin() {
 	}
 	st := n.AuthorityState()
 	st.Epoch, st.Holder = c.epoch, n.id
+	// The former holder may have admitted members in its lease's last
+	// moments that nobody here heard of; it could not have admitted more
+	// than MaxGroup. Skip their IDs.
+	st.NextID += MemberID(n.cfg.MaxGroup)
 	n.emit(&Packet{Kind: KindTakeover, Epoch: c.epoch, NextID: st.NextID, Votes: votes})
 	raw := n.out.Packets[len(n.out.Packets)-1]
 	n.metrics.Takeovers.Add(1)
@@ -459,6 +467,12 @@ func (n *Node) learnKey(id MemberID, key []byte) {
 func (n *Node) handleDuty(p *Packet, raw []byte) bool {
 	if p.Sender == n.duty.holder {
 		n.duty.holderHeard = n.now
+	}
+	if p.Kind == KindSession {
+		// Even a member we dropped learns the moves it missed, so that it
+		// can verify its drop and join again.
+		n.relayProofs(p.Epoch)
+		return false
 	}
 	switch p.Kind {
 	case KindHandover:

@@ -826,9 +826,6 @@ func (n *Node) onRepair(from *source, p *Packet) {
 func (n *Node) onSession(s *source, p *Packet) {
 	s.echoTime, s.echoHeardAt = p.Time, n.now
 	s.epoch, s.follows = p.Epoch, p.Follows
-	if n.cfg.Key != nil {
-		n.relayProofs(p.Epoch)
-	}
 	for _, e := range p.Echoes {
 		if e.Peer != n.id {
 			continue
