@@ -1,8 +1,8 @@
 package crimp
 
 import (
-	"crypto/ed25519"
 	"bytes"
+	"crypto/ed25519"
 	"errors"
 	"math/rand"
 	"net/netip"
