@@ -3,8 +3,10 @@ package crimp
 import (
 	"cmp"
 	"crypto/ed25519"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"time"
 )
@@ -48,6 +50,17 @@ import (
 // keep a dead holder's lease alive by forging its peers' sessions; it
 // cannot take a decision.)
 //
+// Keys. A member learns the others' keys from the establishments (its own
+// lists the members before it; those it hears while joining are checked
+// once it is in). Sessions carry a digest of the keys the sender knows; the
+// holder answers a digest unlike its own, and every History anyway, with
+// its state as a hand-over to itself (a refresh), so that a member that
+// lost an establishment learns the key. A member missing keys counts a
+// smaller majority: a candidate that missed members could believe it won
+// a takeover that the others refuse (they count their own majority), so
+// takeovers are safe for every member that checks them, but such a
+// candidate acts on its own until the others' proofs reach it.
+//
 // Laggards. Members keep the last maxProofs hand-overs and takeovers as
 // received. A holder (or the member that just handed over) that hears a
 // session of an older epoch multicasts those the laggard lacks, in order,
@@ -88,7 +101,24 @@ type dutyState struct {
 
 	proofs       []proof // the last maxProofs hand-overs and takeovers, epoch ascending
 	proofsSentAt time.Time
+
+	// early holds other members' establishments heard while this member
+	// was still joining: it cannot check them yet, but one may admit a
+	// member its own establishment (sent before) does not list.
+	early [][]byte
+
+	// admission is the establishment that admitted this member (signed by
+	// its epoch's holder), multicast again for members that lack its key.
+	admission, pendingAdmission []byte
+	admissionEpoch              uint64
+	admissionSentAt             time.Time
+
+	refreshAt  time.Time // holder: when to multicast its state again
+	keysSentAt time.Time // holder: the last refresh sent for a member whose keys differ
 }
+
+// maxEarly bounds the establishments a joiner keeps for later.
+const maxEarly = 8
 
 type proof struct {
 	epoch  uint64
@@ -451,6 +481,71 @@ func (n *Node) joinedDuty(p *Packet) {
 		}
 	}
 	n.nextID = max(n.nextID, p.Member+1)
+	d.admission, d.admissionEpoch, d.pendingAdmission = d.pendingAdmission, p.Epoch, nil
+	early := d.early
+	d.early = nil
+	for _, b := range early {
+		q, err := Decode(b)
+		if err != nil {
+			continue
+		}
+		if _, v := n.checkDecision(n.now, q, b); v == verdictAccept && q.Member != n.id {
+			n.learnKey(q.Member, q.Key)
+			if s := n.learn(q.Member); s != nil && !s.started {
+				s.started, s.settled, s.floor = true, true, 1
+			}
+		}
+	}
+}
+
+// refreshKeys takes the member keys of the holder's refresh (establishments
+// or drops this member missed), except of members it knows were dropped
+// and its own.
+func (n *Node) refreshKeys(st *AuthorityState) {
+	own := n.duty.keys[n.id]
+	clear(n.duty.keys)
+	for _, m := range st.Members {
+		if _, dead := n.tombstones[m.ID]; !dead {
+			n.duty.keys[m.ID] = m.Key
+			n.nextID = max(n.nextID, m.ID+1)
+		}
+	}
+	if own != nil {
+		n.duty.keys[n.id] = own
+	}
+	n.nextID = max(n.nextID, st.NextID)
+}
+
+// keysSum digests the member IDs and keys this member knows (FNV-1a over
+// them in ID order), so that sessions reveal a member that missed one.
+func (n *Node) keysSum() uint64 {
+	if n.cfg.Key == nil {
+		return 0
+	}
+	ids := make([]MemberID, 0, len(n.duty.keys))
+	for id := range n.duty.keys {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	h := fnv.New64a()
+	var b [4]byte
+	for _, id := range ids {
+		binary.BigEndian.PutUint32(b[:], uint32(id))
+		h.Write(b[:])
+		h.Write(n.duty.keys[id])
+	}
+	return h.Sum64()
+}
+
+// sendRefresh multicasts the holder's state of its own epoch every
+// History, so that a member that missed an establishment learns the key.
+func (n *Node) sendRefresh() {
+	if n.cfg.Key == nil || !n.mayDecide() || n.now.Before(n.duty.refreshAt) {
+		return
+	}
+	n.duty.refreshAt = n.now.Add(n.cfg.History)
+	st := n.AuthorityState()
+	n.emit(&Packet{Kind: KindHandover, Authority: &st})
 }
 
 // learnKey records a new member's key from an establishment of the holder.
@@ -472,10 +567,28 @@ func (n *Node) handleDuty(p *Packet, raw []byte) bool {
 		// Even a member we dropped learns the moves it missed, so that it
 		// can verify its drop and join again.
 		n.relayProofs(p.Epoch)
+		d := &n.duty
+		if p.Epoch == d.epoch && p.KeysSum != n.keysSum() {
+			// One of us lost an establishment (or a drop): the holder's
+			// refresh, and each member's own admission, tell the keys.
+			if n.holds() && n.now.Sub(d.keysSentAt) >= n.cfg.JoinTimeout {
+				d.keysSentAt = n.now
+				d.refreshAt = time.Time{}
+				n.sendRefresh()
+			}
+			if d.admission != nil && d.admissionEpoch == d.epoch && n.now.Sub(d.admissionSentAt) >= n.cfg.SessionInterval {
+				d.admissionSentAt = n.now
+				n.out.Packets = append(n.out.Packets, slices.Clone(d.admission))
+			}
+		}
 		return false
 	}
 	switch p.Kind {
 	case KindHandover:
+		if p.Authority.Epoch == n.duty.epoch {
+			n.refreshKeys(p.Authority)
+			return true
+		}
 		n.install(*p.Authority, p.Sender, raw)
 	case KindTakeover:
 		st := n.AuthorityState()
@@ -518,6 +631,12 @@ func (n *Node) checkDuty(now time.Time, p *Packet, b []byte) (Refusal, verdict) 
 	case KindEstablish, KindDeny:
 		if n.id == 0 {
 			if !n.joining || p.Nonce != n.nonce {
+				if n.joining && p.Kind == KindEstablish {
+					d.early = append(d.early, slices.Clone(b))
+					if len(d.early) > maxEarly {
+						d.early = slices.Delete(d.early, 0, 1)
+					}
+				}
 				return 0, verdictIgnore // another joiner's answer
 			}
 			// The joiner knows nobody yet: it trusts a certified holder
@@ -525,12 +644,25 @@ func (n *Node) checkDuty(now time.Time, p *Packet, b []byte) (Refusal, verdict) 
 			if !n.certified(p.HolderKey, p.Cert) || !ed25519.Verify(ed25519.PublicKey(p.HolderKey), SignedPart(b), p.Signature) {
 				return RefusedJoinAnswer, verdictRefuse
 			}
+			if p.Kind == KindEstablish {
+				d.pendingAdmission = slices.Clone(b)
+			}
 			return n.checkTime(now, p)
 		}
 		if p.Kind == KindDeny {
 			return 0, verdictIgnore
 		}
-		return n.checkDecision(now, p, b)
+		r, v := n.checkDecision(now, p, b)
+		if r == RefusedStale {
+			// A member's own admission, multicast again because we lack
+			// its key: signed by our epoch's holder, so the key is good,
+			// but it admits nobody now.
+			if _, dead := n.tombstones[p.Member]; !dead && d.keys[p.Member] == nil && p.Member != n.id {
+				n.learnKey(p.Member, p.Key)
+			}
+			return 0, verdictIgnore
+		}
+		return r, v
 	case KindDrop:
 		if n.id == 0 {
 			return 0, verdictIgnore
@@ -539,6 +671,12 @@ func (n *Node) checkDuty(now time.Time, p *Packet, b []byte) (Refusal, verdict) 
 	case KindHandover:
 		st := p.Authority
 		switch {
+		case n.id != 0 && st.Epoch == d.epoch && st.Holder == d.holder && p.Sender == d.holder:
+			// The holder's periodic refresh of its epoch's state.
+			if !n.signedBy(p.Sender, p, b) {
+				return RefusedHandover, verdictRefuse
+			}
+			return n.checkTime(now, p)
 		case n.id == 0 || st.Epoch <= d.epoch:
 			return 0, verdictIgnore // an old move, relayed for a laggard
 		case st.Epoch > d.epoch+1:

@@ -470,6 +470,7 @@ func (n *Node) advance(now time.Time) {
 	}
 	if !n.now.Before(n.nextSess) && n.id != 0 {
 		n.sendSession()
+		n.sendRefresh()
 	}
 	if n.joining && !n.now.Before(n.joinNext) {
 		n.sendJoin()
@@ -869,7 +870,7 @@ func (n *Node) onSession(s *source, p *Packet) {
 
 func (n *Node) sendSession() {
 	n.nextSess = n.now.Add(n.cfg.SessionInterval)
-	p := &Packet{Kind: KindSession, NextSeq: n.nextSeq, OldestSeq: min(n.ownOldest, n.nextSeq), Epoch: n.duty.epoch, Follows: n.follows()}
+	p := &Packet{Kind: KindSession, NextSeq: n.nextSeq, OldestSeq: min(n.ownOldest, n.nextSeq), Epoch: n.duty.epoch, Follows: n.follows(), KeysSum: n.keysSum()}
 	for _, id := range n.Members() {
 		s := n.sources[id]
 		if s.echoTime == 0 {
@@ -896,6 +897,14 @@ func (n *Node) onRequestJoin(p *Packet) {
 	if !n.holds() {
 		return
 	}
+	for _, id := range n.Members() {
+		if s := n.sources[id]; s.nonce == p.Nonce {
+			// Our answer was lost: repeat it. Not a new decision, so no
+			// lease needed (the member already counts in the majority).
+			n.establish(s)
+			return
+		}
+	}
 	if !n.mayDecide() {
 		n.metrics.Withheld.Add(1) // no lease: the joiner retries
 		return
@@ -903,12 +912,6 @@ func (n *Node) onRequestJoin(p *Packet) {
 	if n.cfg.Key != nil && !n.certified(p.Key, p.Cert) {
 		n.metrics.Refuse(RefusedJoinKey)
 		return
-	}
-	for _, id := range n.Members() {
-		if s := n.sources[id]; s.nonce == p.Nonce {
-			n.establish(s) // our answer was lost: repeat it
-			return
-		}
 	}
 	if n.groupSize() >= n.cfg.MaxGroup {
 		n.emit(n.decision(&Packet{Kind: KindDeny, Nonce: p.Nonce, Reason: DenyFull}))
@@ -926,6 +929,11 @@ func (n *Node) onRequestJoin(p *Packet) {
 	s.started, s.settled, s.floor = true, true, 1
 	if n.cfg.Key != nil {
 		n.duty.keys[id] = ed25519.PublicKey(p.Key)
+		// Members that lose this establishment learn the key from the
+		// next refresh: make it soon.
+		if soon := n.now.Add(n.cfg.SessionInterval); soon.Before(n.duty.refreshAt) {
+			n.duty.refreshAt = soon
+		}
 	}
 	n.establish(s)
 	n.out.Events = append(n.out.Events, Event{Kind: EventMemberJoined, Member: id})

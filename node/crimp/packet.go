@@ -22,7 +22,7 @@ import (
 //	data         seq u32 | len u16 | payload | nfec u8 | nfec × (seq u32 | sentAt i64 | len u16 | payload)
 //	request      source u32 | seq u32
 //	repair       source u32 | seq u32 | sentAt i64 | len u16 | payload
-//	session      nextSeq u32 | oldestSeq u32 | epoch u64 | follows u8 | n u8 | n × (peer u32 | time i64 | hold µs u32)
+//	session      nextSeq u32 | oldestSeq u32 | epoch u64 | follows u8 | keys u64 | n u8 | n × (peer u32 | time i64 | hold µs u32)
 //	request-join nonce u64 | key | cert
 //	establish    nonce u64 | member u32 | epoch u64 | key | holderKey | cert | addrLen u8 | addr | n u8 | n × (member u32 | key) | signature
 //	deny         nonce u64 | reason u8 | epoch u64 | holderKey | cert | signature
@@ -172,6 +172,7 @@ type Packet struct {
 	// Duty mode (see duty.go).
 	Epoch     uint64          // session, establish, deny, drop, vote, takeover: the duty epoch
 	Follows   bool            // session: the sender follows the holder of Epoch (has not voted it out)
+	KeysSum   uint64          // session: a digest of the member keys the sender knows
 	Key       []byte          // request-join: the joiner's public key; establish: the new member's
 	HolderKey []byte          // establish, deny: the holder's public key (for a joiner)
 	Cert      []byte          // request-join: the joiner's certificate; establish, deny: the holder's
@@ -276,6 +277,7 @@ func Decode(b []byte) (*Packet, error) {
 		case f == 1:
 			p.Follows = true
 		}
+		p.KeysSum = r.u64()
 		n := int(r.u8())
 		if r.err == nil && n > MaxMembers {
 			return nil, fmt.Errorf("%w: %d echoes, limit %d", ErrMalformed, n, MaxMembers)
@@ -511,6 +513,7 @@ func (p *Packet) Encode(dst []byte) ([]byte, error) {
 		dst = binary.BigEndian.AppendUint32(dst, p.OldestSeq)
 		dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
 		dst = append(dst, boolByte(p.Follows))
+		dst = binary.BigEndian.AppendUint64(dst, p.KeysSum)
 		dst = append(dst, byte(len(p.Echoes)))
 		for _, e := range p.Echoes {
 			dst = binary.BigEndian.AppendUint32(dst, uint32(e.Peer))
