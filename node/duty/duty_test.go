@@ -19,6 +19,7 @@ type group struct {
 	t       *testing.T
 	clock   *crimp.SimClock
 	net     *crimp.MemNetwork
+	disc    *crimp.MemNetwork // the LAN discovery group
 	eps     []*crimp.MemEndpoint
 	members []*Member
 	dead    []bool
@@ -47,15 +48,26 @@ var (
 	netLoss float64
 )
 
-func newGroup(t *testing.T, n int) *group {
+func newGroup(t *testing.T, n int) *group { return newGroupWith(t, n, nil, nil) }
+
+// newGroupWith builds n members, the first the founder, with tweak applied
+// to each configuration and before run on the group before anyone starts.
+func newGroupWith(t *testing.T, n int, tweak func(i int, c *Config), before func(g *group)) *group {
 	t.Helper()
 	clock := crimp.NewSimClock(simStart)
-	g := &group{t: t, clock: clock, net: crimp.NewMemNetwork(clock, netSeed)}
+	g := &group{t: t, clock: clock, net: crimp.NewMemNetwork(clock, netSeed), disc: crimp.NewMemNetwork(clock, netSeed+1)}
 	g.net.SetLAN("lan", crimp.LinkParams{Delay: time.Millisecond, Jitter: time.Millisecond, Loss: netLoss})
+	g.disc.SetLAN("lan", crimp.LinkParams{Delay: time.Millisecond})
+	if before != nil {
+		before(g)
+	}
 	for i := range n {
 		cfg := testConfig(i)
 		if i == 0 {
 			cfg.CRIMP.ID, cfg.CRIMP.Founder = 1, true
+		}
+		if tweak != nil {
+			tweak(i, &cfg)
 		}
 		g.add(cfg)
 		if i > 0 {
@@ -82,7 +94,7 @@ func (g *group) add(cfg Config) int {
 	g.grants = append(g.grants, map[arbiter.ResourceID]arbiter.MemberID{})
 	g.answers = append(g.answers, map[arbiter.ResourceID]bool{})
 	g.crimpEv = append(g.crimpEv, nil)
-	m := NewMember(node, ep, g.clock, MemberOptions{OnEvent: func(e Event) {
+	m := NewMember(node, ep, g.clock, MemberOptions{Discovery: g.disc.Endpoint("lan"), OnEvent: func(e Event) {
 		switch {
 		case e.CRIMP != nil:
 			g.crimpEv[i] = append(g.crimpEv[i], *e.CRIMP)

@@ -24,11 +24,15 @@ type Member struct {
 
 	onDeliver func(crimp.Delivery)
 	onEvent   func(Event)
+	discovery crimp.Transport
 	log       *slog.Logger
 }
 
 // MemberOptions are the application's hooks.
 type MemberOptions struct {
+	// Discovery, if set, carries the node's announcements (the LAN
+	// discovery group); the member only sends on it.
+	Discovery crimp.Transport
 	OnDeliver func(crimp.Delivery) // application payloads, each once
 	OnEvent   func(Event)          // CRIMP and arbiter events
 	Logger    *slog.Logger         // default slog.Default()
@@ -39,7 +43,7 @@ func NewMember(node *Node, tr crimp.Transport, clock crimp.Clock, opts MemberOpt
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Member{node: node, tr: tr, clock: clock, onDeliver: opts.OnDeliver, onEvent: opts.OnEvent, log: opts.Logger}
+	return &Member{node: node, tr: tr, clock: clock, onDeliver: opts.OnDeliver, onEvent: opts.OnEvent, discovery: opts.Discovery, log: opts.Logger}
 }
 
 var errClosed = errors.New("duty: member closed")
@@ -76,6 +80,12 @@ func (m *Member) Inspect(f func(*Node)) {
 	defer m.mu.Unlock()
 	f(m.node)
 }
+
+// Metrics returns the reconciliation counters (safe to read concurrently).
+func (m *Member) Metrics() *Metrics { return m.node.Metrics() }
+
+// CRIMPMetrics returns the group member's counters.
+func (m *Member) CRIMPMetrics() *crimp.Metrics { return m.node.CRIMP().Metrics() }
 
 // Close stops the timer and the transport.
 func (m *Member) Close() error {
@@ -128,6 +138,13 @@ func (m *Member) finish(r Ready) {
 	for _, b := range r.Packets {
 		if err := m.tr.Send(b); err != nil {
 			m.log.Warn("duty: send failed", "err", err)
+		}
+	}
+	if m.discovery != nil {
+		for _, b := range r.Announcements {
+			if err := m.discovery.Send(b); err != nil {
+				m.log.Warn("duty: announce failed", "err", err)
+			}
 		}
 	}
 	if !m.closed && !r.NextTick.IsZero() {

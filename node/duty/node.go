@@ -35,6 +35,12 @@ type Config struct {
 	Team arbiter.Team
 	// Seed seeds both protocols' random draws.
 	Seed int64
+	// Announce, when set, makes the member announce the game on the LAN
+	// discovery group while it holds the duty (Ready.Announcements), every
+	// AnnounceInterval (default 1 s). Players, Holder and Epoch are filled
+	// in.
+	Announce         *Announcement
+	AnnounceInterval time.Duration
 }
 
 // Validate checks cfg.
@@ -49,6 +55,16 @@ func (c Config) Validate() error {
 	if c.CRIMP.MaxGroup != 0 && c.Arbiter.MaxMembers > c.CRIMP.MaxGroup {
 		errs = append(errs, fmt.Errorf("Arbiter.MaxMembers %d over CRIMP.MaxGroup %d", c.Arbiter.MaxMembers, c.CRIMP.MaxGroup))
 	}
+	if a := c.Announce; a != nil {
+		probe := *a
+		probe.Players, probe.Capacity, probe.Holder, probe.Epoch = 1, 1, 1, 1
+		if err := probe.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("Announce: %w", err))
+		}
+	}
+	if c.AnnounceInterval < 0 {
+		errs = append(errs, fmt.Errorf("AnnounceInterval %v is negative", c.AnnounceInterval))
+	}
 	return errors.Join(errs...)
 }
 
@@ -59,11 +75,12 @@ type Event struct {
 	Arbiter *arbiter.Event
 }
 
-// Ready is what one call produced: datagrams to multicast, the
-// application's deliveries (payloads without their tag), events, and when
-// to tick next.
+// Ready is what one call produced: datagrams to multicast on the group,
+// announcements for the discovery group, the application's deliveries
+// (payloads without their tag), events, and when to tick next.
 type Ready struct {
-	Packets    [][]byte
+	Packets       [][]byte
+	Announcements [][]byte
 	Deliveries []crimp.Delivery
 	Events     []Event
 	NextTick   time.Time
@@ -93,6 +110,8 @@ type Node struct {
 	out     Ready
 	next    time.Time // the arbiter's next tick
 	created bool      // the founder created the game
+
+	announceAt time.Time
 }
 
 // New returns a Node; the founder creates the group and the game at its
@@ -105,6 +124,9 @@ func New(cfg Config) (*Node, error) {
 	c, err := crimp.New(cfg.CRIMP, rand.New(rand.NewSource(rng.Int63())))
 	if err != nil {
 		return nil, err
+	}
+	if cfg.AnnounceInterval == 0 {
+		cfg.AnnounceInterval = time.Second
 	}
 	n := &Node{cfg: cfg, crimp: c, rng: rng, metrics: &Metrics{}}
 	if cfg.CRIMP.Founder {
@@ -311,13 +333,40 @@ func (n *Node) reconcile(now time.Time) {
 	}
 }
 
+// announce produces the holder's announcement when due.
+func (n *Node) announce(now time.Time) {
+	holder, epoch := n.crimp.Holder()
+	if n.cfg.Announce == nil || holder == 0 || holder != n.crimp.ID() {
+		n.announceAt = time.Time{} // announce at once when the duty comes
+		return
+	}
+	if now.Before(n.announceAt) {
+		return
+	}
+	n.announceAt = now.Add(n.cfg.AnnounceInterval)
+	a := *n.cfg.Announce
+	a.Players = len(n.crimp.AuthorityState().Members)
+	a.Capacity = n.crimp.Config().MaxGroup
+	if n.cfg.Arbiter.MaxMembers != 0 {
+		a.Capacity = min(a.Capacity, n.cfg.Arbiter.MaxMembers)
+	}
+	a.Holder, a.Epoch = uint32(holder), epoch
+	if b, err := a.Encode(); err == nil {
+		n.out.Announcements = append(n.out.Announcements, b)
+	}
+}
+
 // ready reconciles and hands out what was produced.
 func (n *Node) ready(now time.Time) Ready {
 	n.reconcile(now)
+	n.announce(now)
 	r := n.out
 	n.out = Ready{}
 	if n.arb != nil && !n.next.IsZero() && (r.NextTick.IsZero() || n.next.Before(r.NextTick)) {
 		r.NextTick = n.next
+	}
+	if !n.announceAt.IsZero() && n.announceAt.After(now) && n.announceAt.Before(r.NextTick) {
+		r.NextTick = n.announceAt
 	}
 	if r.NextTick.IsZero() || r.NextTick.Before(now) {
 		r.NextTick = now
