@@ -2,11 +2,11 @@ package duty
 
 import (
 	"cmp"
-	"slices"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"

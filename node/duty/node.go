@@ -81,9 +81,9 @@ type Event struct {
 type Ready struct {
 	Packets       [][]byte
 	Announcements [][]byte
-	Deliveries []crimp.Delivery
-	Events     []Event
-	NextTick   time.Time
+	Deliveries    []crimp.Delivery
+	Events        []Event
+	NextTick      time.Time
 }
 
 // Metrics counts what the reconciliation did.
