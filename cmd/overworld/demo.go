@@ -30,6 +30,7 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		dataDir := fs.String("data-dir", "", "directory for identities and the account database (default: a temporary one, removed at exit)")
 		noAccounts := fs.Bool("no-accounts", false, "run without the account server")
 		level := fs.String("log-level", "warn", "log level: debug, info, warn or error")
+		mode := fs.String("mode", "p2p", "p2p (peers on the libp2p overlay) or mirror (three mirrors over in-memory CRIMP, bots on each)")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -47,6 +48,13 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		n := *bots
 		if n == 0 {
 			n = -1 // demo.Config: zero means the default
+		}
+		if *mode == "mirror" {
+			return runMirrorDemo(ctx, out, demo.Config{
+				Bots: n, HTTP: *httpAddr, RegionsX: w, RegionsY: h, Seed: *seed, Name: *name, DataDir: *dataDir, Logger: log,
+			})
+		} else if *mode != "p2p" {
+			return fmt.Errorf("-mode %q: want p2p or mirror", *mode)
 		}
 		fmt.Fprintf(out, "starting %d bots and your player…\n", *bots)
 		d, err := demo.Start(ctx, demo.Config{

@@ -41,12 +41,17 @@ With -bot a bot plays instead of the page's keys. Ctrl-C stops.`, out)
 		accountF := addAccountFlags(fs)
 		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz (empty: off)")
 		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		mirrors := fs.String("mirror", "", "play through mirrors instead of the overlay: comma-separated ws://HOST:PORT/ws URLs (needs -account)")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 		log, err := newLogger(os.Stderr, *level)
 		if err != nil {
 			return err
+		}
+		if *mirrors != "" {
+			return runPlayMirror(ctx, out, playMirrorOptions{mirrors: *mirrors, accountURL: *accountF.url, user: *accountF.user,
+				passwordFile: *accountF.passwordFile, register: *accountF.register, bot: *bot, seed: *worldF.seed, dataDir: *dataDir, httpAddr: *httpAddr, log: log})
 		}
 		boot, err := requireBootstrap(*bootstrapAddrs, "or try 'overworld demo'")
 		if err != nil {

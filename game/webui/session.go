@@ -130,6 +130,8 @@ type Status struct {
 	Region      string `json:"region"`
 	Coordinator string `json:"coordinator"` // short peer ID of the region's coordinator
 	LatencyMs   int    `json:"latencyMs"`
+	// Mirror is set in mirror mode.
+	Mirror *MirrorStatus `json:"mirror,omitempty"`
 }
 
 // Control is the player's input as the page sends it: the held direction

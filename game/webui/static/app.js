@@ -211,6 +211,14 @@
     statusEl.textContent =
       `● ${st.mode} · region ${st.region} · coordinator ${st.coordinator || '?'} · ` +
       `peers ${st.peers} · ${st.latencyMs} ms · tick ${v.tick}`;
+    const m = st.mirror;
+    if (m) {
+      d.mirror = m.mirror; d.rollbacks = m.rollbacks; d.agreeing = String(m.agreeing); d.checkpoint = m.checkpointTick;
+      statusEl.textContent = `● mirror ${m.mirror} of ${m.mirrors} · region ${st.region} · ` +
+        `rollbacks ${m.rollbacks} (seen ${m.leadingRollbacks}) · hashes ` +
+        (m.agreeing ? `agree ✓ (${m.agreed} checks, tick ${m.checkpointTick})` : `DIFFER ✗ (${m.mismatched} mismatches)`) +
+        ` · ${st.latencyMs} ms · tick ${m.leadingTick}/${m.confirmedTick}`;
+    }
     $('map-label').textContent = `world ${v.world.regionsX}×${v.world.regionsY} · you are in ${st.region}`;
   }
 

@@ -1,0 +1,336 @@
+package mirror
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/overworld-p2p/overworld/node/crimp"
+)
+
+// The real-multicast test: three mirrors, each a process (this test binary
+// re-executed) in its own network namespace, on a bridge in a fourth,
+// speaking CRIMP over UDP IP multicast with 10 % of received datagrams
+// dropped on purpose. Mirror 1 is the authority; 2 and 3 join through it
+// over the group and fetch the state over TCP. Two bots play on each
+// mirror for twenty seconds; every checkpoint all three made must carry
+// the same hash. Every namespace, bridge and veth name starts with "mr-".
+
+const netnsEnv = "MIRROR_NETNS_MEMBER"
+
+type netnsSpec struct {
+	Index     int
+	Interface string
+	Group     string
+	Addr      string // this member's address
+	Authority string // the authority's address
+	Signer    []byte // the test's token-signing key (ed25519 seed)
+	Seed      int64
+	PlaySecs  int
+}
+
+type netnsReport struct {
+	ID          uint32
+	Checkpoints map[uint64]string
+	Stats       Stats
+	Err         string
+}
+
+func TestMirrorsOverMulticastNetns(t *testing.T) {
+	if os.Getenv(netnsEnv) != "" {
+		t.Skip("running as a namespace member")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping the real-multicast mirror test: creating network namespaces, veth pairs and a bridge needs root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping the real-multicast mirror test: iproute2 'ip' not found")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	tag := fmt.Sprintf("%d%03d", os.Getpid()%10000, rng.Intn(1000))
+	subnet := 1 + rng.Intn(250)
+	group := fmt.Sprintf("239.98.%d.%d:%d", rng.Intn(256), 1+rng.Intn(254), 20000+rng.Intn(20000))
+	bridgeNS := "mr-br-" + tag
+	members := []string{"mr-1-" + tag, "mr-2-" + tag, "mr-3-" + tag}
+	ip := func(args ...string) error {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	for _, ns := range append([]string{bridgeNS}, members...) {
+		ns := ns
+		if err := ip("netns", "add", ns); err != nil {
+			t.Skipf("skipping the real-multicast mirror test: cannot create a network namespace here: %v", err)
+		}
+		// Deleting a namespace deletes the veths and the bridge in it.
+		t.Cleanup(func() {
+			if err := ip("netns", "del", ns); err != nil && !strings.Contains(err.Error(), "No such file") {
+				t.Logf("cleanup: %v", err)
+			}
+		})
+	}
+	must := func(args ...string) {
+		t.Helper()
+		if err := ip(args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must("-n", bridgeNS, "link", "add", "mr-br0", "type", "bridge", "mcast_snooping", "0")
+	must("-n", bridgeNS, "link", "set", "mr-br0", "up")
+	addr := func(i int) string { return fmt.Sprintf("10.98.%d.%d", subnet, i+1) }
+	for i, ns := range members {
+		port := fmt.Sprintf("mr-p%d", i+1)
+		must("-n", ns, "link", "add", "mr-eth0", "type", "veth", "peer", "name", port, "netns", bridgeNS)
+		must("-n", bridgeNS, "link", "set", port, "master", "mr-br0")
+		must("-n", bridgeNS, "link", "set", port, "up")
+		must("-n", ns, "addr", "add", addr(i)+"/24", "dev", "mr-eth0")
+		must("-n", ns, "link", "set", "lo", "up")
+		must("-n", ns, "link", "set", "mr-eth0", "up")
+		must("-n", ns, "route", "add", "224.0.0.0/4", "dev", "mr-eth0")
+	}
+
+	_, signer, _ := ed25519.GenerateKey(rng)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	reports := make([]netnsReport, len(members))
+	bar := &barrier{n: len(members), counts: map[string]int{}}
+	var wg sync.WaitGroup
+	for i, ns := range members {
+		spec, _ := json.Marshal(netnsSpec{
+			Index: i + 1, Interface: "mr-eth0", Group: group, Addr: addr(i), Authority: addr(0),
+			Signer: signer.Seed(), Seed: int64(i + 1), PlaySecs: 20,
+		})
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, exe, "-test.run=^TestMirrorNetnsMember$", "-test.count=1")
+		cmd.Env = append(os.Environ(), netnsEnv+"="+string(spec))
+		stdout, _ := cmd.StdoutPipe()
+		stdin, _ := cmd.StdinPipe()
+		bar.add(stdin)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := bufio.NewScanner(stdout)
+			sc.Buffer(make([]byte, 1<<20), 4<<20)
+			rep := netnsReport{Err: "no report"}
+			for sc.Scan() {
+				if name, ok := strings.CutPrefix(sc.Text(), "BARRIER "); ok {
+					bar.arrive(name)
+				}
+				if line, ok := strings.CutPrefix(sc.Text(), "REPORT "); ok {
+					rep = netnsReport{}
+					if err := json.Unmarshal([]byte(line), &rep); err != nil {
+						rep.Err = err.Error()
+					}
+				}
+			}
+			if err := cmd.Wait(); err != nil || rep.Err != "" {
+				rep.Err = fmt.Sprintf("%s (process: %v): %s", rep.Err, err, stderr.String())
+			}
+			if rep.Err != "" {
+				bar.abort()
+			}
+			reports[i] = rep
+		}()
+	}
+	wg.Wait()
+	for i, r := range reports {
+		if r.Err != "" {
+			t.Fatalf("mirror process %d: %s", i+1, r.Err)
+		}
+		st := r.Stats
+		t.Logf("mirror %d: %d checkpoints, sent %d, received %d, agreed %d, mismatched %d, resyncs %d, rollbacks %d, too late %d, repairs %d, via FEC %d",
+			r.ID, len(r.Checkpoints), st.CommandsSent, st.CommandsReceived, st.Agreed, st.Mismatched, st.Resyncs,
+			st.TSS["rollbacks"], st.TSS["too_late"], st.CRIMP["delivered_repair"], st.CRIMP["delivered_fec"])
+	}
+	var ticks []uint64
+	for tick := range reports[0].Checkpoints {
+		ticks = append(ticks, tick)
+	}
+	sort.Slice(ticks, func(a, b int) bool { return ticks[a] < ticks[b] })
+	common := 0
+	for _, tick := range ticks {
+		h := reports[0].Checkpoints[tick]
+		all := true
+		for _, r := range reports[1:] {
+			g, ok := r.Checkpoints[tick]
+			if !ok {
+				all = false
+				continue
+			}
+			if g != h {
+				t.Fatalf("tick %d: mirror %d has %s, mirror %d has %s", tick, reports[0].ID, h[:12], r.ID, g[:12])
+			}
+		}
+		if all {
+			common++
+		}
+	}
+	if common < 15 {
+		t.Fatalf("only %d checkpoints made by all three mirrors", common)
+	}
+	t.Logf("%d checkpoints agree on all three mirrors over real UDP multicast", common)
+}
+
+// barrier lets the member processes wait for each other.
+type barrier struct {
+	mu     sync.Mutex
+	n      int
+	counts map[string]int
+	stdins []io.WriteCloser
+}
+
+func (b *barrier) add(w io.WriteCloser) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stdins = append(b.stdins, w)
+}
+
+func (b *barrier) arrive(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counts[name]++
+	if b.counts[name] == b.n {
+		for _, w := range b.stdins {
+			io.WriteString(w, name+"\n")
+		}
+	}
+}
+
+func (b *barrier) abort() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range b.stdins {
+		w.Close()
+	}
+}
+
+// TestMirrorNetnsMember is one mirror of TestMirrorsOverMulticastNetns,
+// inside its namespace. It prints one REPORT line.
+func TestMirrorNetnsMember(t *testing.T) {
+	raw := os.Getenv(netnsEnv)
+	if raw == "" {
+		t.Skip("helper process of TestMirrorsOverMulticastNetns")
+	}
+	var spec netnsSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		t.Fatal(err)
+	}
+	rep := runNetnsMember(spec)
+	out, _ := json.Marshal(rep)
+	fmt.Printf("REPORT %s\n", out)
+}
+
+func runNetnsMember(spec netnsSpec) (rep netnsReport) {
+	fail := func(err error) netnsReport { rep.Err = err.Error(); return rep }
+	gaddr, err := netip.ParseAddrPort(spec.Group)
+	if err != nil {
+		return fail(err)
+	}
+	tr, err := crimp.ListenUDP(crimp.UDPConfig{Group: gaddr, Interface: spec.Interface, ReceiveLoss: 0.10, LossSeed: spec.Seed})
+	if err != nil {
+		return fail(err)
+	}
+	signer := ed25519.NewKeyFromSeed(spec.Signer)
+	// The authority's key from the same seed, changed: every member
+	// derives the public half, only the authority keeps the private one.
+	authSeed := slices.Clone(spec.Signer)
+	authSeed[0] ^= 0xff
+	authKey := ed25519.NewKeyFromSeed(authSeed)
+	authPub := authKey.Public().(ed25519.PublicKey)
+	if spec.Index != 1 {
+		authKey = nil
+	}
+	pub := signer.Public().(ed25519.PublicKey)
+	cc := crimp.DefaultConfig()
+	cc.History, cc.FEC, cc.SessionInterval, cc.JoinTimeout = time.Second, 3, 100*time.Millisecond, 50*time.Millisecond
+	s, err := New(Config{
+		Game: testGame(), Authority: spec.Index == 1, Delays: lossyDelays, CRIMP: cc, Transport: tr,
+		StateListen: spec.Authority + ":7400", AccountKey: pub, Characters: &MemoryCharacters{Key: pub},
+		Logger: testLogger().With("mirror", spec.Index), Seed: spec.Seed,
+		AuthorityKey: authKey, AuthorityPublicKey: authPub,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.Start(); err != nil {
+		return fail(err)
+	}
+	defer s.Close()
+	wait := func(limit time.Duration, cond func() bool) bool {
+		deadline := time.Now().Add(limit)
+		for !cond() {
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return true
+	}
+	if !wait(30*time.Second, s.Ready) {
+		return fail(fmt.Errorf("mirror %d not ready after 30 s", spec.Index))
+	}
+	stdin := bufio.NewReader(os.Stdin)
+	barrierAt := func(name string) error {
+		fmt.Printf("BARRIER %s\n", name)
+		line, err := stdin.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("barrier %s: %w", name, err)
+		}
+		if strings.TrimSpace(line) != name {
+			return fmt.Errorf("barrier %s: got %q", name, line)
+		}
+		return nil
+	}
+	if err := barrierAt("ready"); err != nil {
+		return fail(err)
+	}
+	rng := rand.New(rand.NewSource(spec.Seed))
+	var bots []*LocalClient
+	for b := range 2 {
+		p, err := mintPlayer(rng, signer, fmt.Sprintf("m%db%d", spec.Index, b), time.Now())
+		if err != nil {
+			return fail(err)
+		}
+		lc := ConnectLocal(s, p.key, p.tok, crimp.WallClock{}, 0)
+		lc.StartBot(uint64(spec.Index*10+b), time.Second/30)
+		bots = append(bots, lc)
+	}
+	all := map[uint64]string{}
+	end := time.Now().Add(time.Duration(spec.PlaySecs) * time.Second)
+	for time.Now().Before(end) {
+		time.Sleep(500 * time.Millisecond)
+		for tick, h := range s.Checkpoints() {
+			all[tick] = hex.EncodeToString(h[:])
+		}
+	}
+	for _, b := range bots {
+		b.Close()
+	}
+	_ = barrierAt("done")
+	rep.ID, rep.Checkpoints, rep.Stats = s.ID(), all, s.Metrics()
+	return rep
+}

@@ -1,0 +1,119 @@
+package mirror
+
+import (
+	"testing"
+
+	"github.com/overworld-p2p/overworld/game"
+)
+
+func newTestState(t *testing.T) *State {
+	t.Helper()
+	w, err := game.NewWorld(testGame())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewState(w, 1)
+}
+
+func cmdOf(mirror uint32, seq uint64, op game.CommandOp, p game.PlayerID) Command {
+	c := Command{Command: game.Command{Stamp: int64(seq), Mirror: mirror, Seq: seq, Op: op, Player: p}}
+	switch op {
+	case game.CommandJoin:
+		c.Name = string(p)
+	case game.CommandInput:
+		c.Input = game.Input{Player: p, MoveX: 127}
+	}
+	return c
+}
+
+// TestStateIngressRule: the world takes a player's commands only from its
+// ingress mirror; a join moves the player; a release takes out only the
+// released mirror's players and only from the authority.
+func TestStateIngressRule(t *testing.T) {
+	s := newTestState(t)
+	s.Advance([]Command{cmdOf(2, 1, game.CommandJoin, "ann"), cmdOf(3, 1, game.CommandJoin, "bob")})
+	if s.OwnerOf("ann") != 2 || s.OwnerOf("bob") != 3 {
+		t.Fatalf("owners %v", s.Owners())
+	}
+	ann0, _ := s.World().Player("ann")
+	// Mirror 3 moving ann: refused; mirror 2 moving ann: taken.
+	s.Advance([]Command{cmdOf(3, 2, game.CommandInput, "ann")})
+	if p, _ := s.World().Player("ann"); p.Pos != ann0.Pos {
+		t.Fatal("an input from another mirror than ann's ingress moved her")
+	}
+	if s.Refused()[RefusedNotIngress] != 1 {
+		t.Fatalf("refused %v", s.Refused())
+	}
+	s.Advance([]Command{cmdOf(2, 2, game.CommandInput, "ann")})
+	if p, _ := s.World().Player("ann"); p.Pos == ann0.Pos {
+		t.Fatal("ann's own ingress could not move her")
+	}
+	// A leave from the wrong mirror does nothing.
+	s.Advance([]Command{cmdOf(3, 3, game.CommandLeave, "ann")})
+	if _, ok := s.World().Player("ann"); !ok {
+		t.Fatal("mirror 3 made ann leave")
+	}
+	// Ann reconnects through mirror 3: she moves there, keeping her state.
+	before, _ := s.World().Player("ann")
+	s.Advance([]Command{cmdOf(3, 4, game.CommandJoin, "ann")})
+	after, _ := s.World().Player("ann")
+	if s.OwnerOf("ann") != 3 || after.Pos != before.Pos || after.Score != before.Score {
+		t.Fatalf("takeover: owner %d, %+v -> %+v", s.OwnerOf("ann"), before, after)
+	}
+	// A release by a non-authority is refused; by the authority it takes
+	// out mirror 3's players (ann and bob), not others.
+	s.Advance([]Command{cmdOf(2, 5, game.CommandJoin, "cy")})
+	rel := Command{Command: game.Command{Stamp: 10, Mirror: 2, Seq: 6}, Release: 3}
+	s.Advance([]Command{rel})
+	if s.Refused()[RefusedRelease] != 1 || len(s.World().Players()) != 3 {
+		t.Fatalf("a release from mirror 2 was taken: refused %v, players %d", s.Refused(), len(s.World().Players()))
+	}
+	rel.Mirror, rel.Seq = 1, 1
+	rec := s.Advance([]Command{rel})
+	if got := s.World().Players(); len(got) != 1 || got[0].ID != "cy" {
+		t.Fatalf("after the release: %v", got)
+	}
+	left := 0
+	for _, e := range rec.Events {
+		if e.Kind == game.EventLeft {
+			left++
+		}
+	}
+	if left != 2 || len(s.Owners()) != 1 {
+		t.Fatalf("release: %d left events, owners %v", left, s.Owners())
+	}
+}
+
+// TestStateCopyHashAndEncoding: CopyFrom makes an equal state, the hash
+// covers the ingress table, and the encoding round-trips.
+func TestStateCopyHashAndEncoding(t *testing.T) {
+	s := newTestState(t)
+	s.Advance([]Command{cmdOf(2, 1, game.CommandJoin, "ann"), cmdOf(3, 1, game.CommandJoin, "bob")})
+	for i := range 40 {
+		s.Advance([]Command{cmdOf(2, uint64(2+i), game.CommandInput, "ann")})
+	}
+	c := s.Clone()
+	if c.Hash() != s.Hash() {
+		t.Fatal("a copy hashes differently")
+	}
+	c.Advance([]Command{cmdOf(2, 100, game.CommandJoin, "bob")}) // bob moves to mirror 2: only the table changes
+	if c.Hash() == s.Hash() {
+		t.Fatal("the hash does not cover the ingress table")
+	}
+	b, err := s.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := UnmarshalState(b, testGame())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Hash() != s.Hash() || d.Refused() != s.Refused() {
+		t.Fatal("decoded state differs")
+	}
+	other := testGame()
+	other.Seed++
+	if _, err := UnmarshalState(b, other); err == nil {
+		t.Fatal("a state of another world config decoded")
+	}
+}

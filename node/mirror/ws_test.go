@@ -1,0 +1,269 @@
+package mirror
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/overworld-p2p/overworld/bootstrap/accounts"
+	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/crimp"
+)
+
+// The real thing on the wall clock: the account server (SQLite), mirrors
+// on the in-memory CRIMP network, clients over WebSockets on 127.0.0.1.
+
+type accountServer struct {
+	url string
+	pub ed25519.PublicKey
+}
+
+func startAccountServer(t testing.TB) accountServer {
+	t.Helper()
+	dir := t.TempDir()
+	key, err := accounts.LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	store, err := accounts.OpenStore(ctx, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := accounts.New(accounts.Config{
+		Key: key, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
+		LoginPerSource: accounts.RateLimit{Every: time.Millisecond, Burst: 10_000},
+		Hash:           accounts.HashParams{Memory: 8 * 1024, Time: 1, Threads: 1}, HashConcurrency: 4,
+	}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ctx, ln)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		store.Close()
+	})
+	return accountServer{url: "http://" + ln.Addr().String(), pub: srv.PublicKey()}
+}
+
+// account registers and logs in name from a fresh peer key.
+func (a accountServer) account(t testing.TB, name string) (*accounts.Client, crypto.PrivKey) {
+	t.Helper()
+	key, _, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := peer.IDFromPrivateKey(key)
+	cl, err := accounts.NewClient(a.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := cl.Register(ctx, name, "password-"+name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Login(ctx, name, "password-"+name, id); err != nil {
+		t.Fatal(err)
+	}
+	return cl, key
+}
+
+// wallGroup is mirrors on the wall clock, each serving its Handler.
+type wallGroup struct {
+	mirrors []*Server
+	urls    []string
+	game    game.Config
+}
+
+func startWallGroup(t testing.TB, n int, acct accountServer) *wallGroup {
+	t.Helper()
+	clock := crimp.WallClock{}
+	mn := crimp.NewMemNetwork(clock, 1)
+	g := &wallGroup{game: testGame()}
+	authPub, authKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		for j := range i {
+			mn.SetLink(site(i), site(j), crimp.LinkParams{Delay: time.Millisecond})
+		}
+	}
+	for i := range n {
+		var key ed25519.PrivateKey
+		if i == 0 {
+			key = authKey
+		}
+		s, err := New(Config{
+			Game: g.game, Authority: i == 0, Transport: mn.Endpoint(site(i)), AuthorityKey: key, AuthorityPublicKey: authPub,
+			Delays:     []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond},
+			AccountKey: acct.pub, Characters: &AccountServer{URL: acct.url, Key: acct.pub, Game: g.game},
+			Logger: testLogger().With("mirror", i+1), DataDir: t.TempDir(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := &http.Server{Handler: s.Handler()}
+		go hs.Serve(ln)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s.Shutdown(ctx)
+			hs.Close()
+		})
+		g.mirrors = append(g.mirrors, s)
+		g.urls = append(g.urls, "ws://"+ln.Addr().String()+"/ws")
+		waitFor(t, 10*time.Second, fmt.Sprintf("mirror %d ready", i+1), s.Ready)
+	}
+	t.Cleanup(mn.Close)
+	return g
+}
+
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWebSocketRestoreAndSave: a player with a saved character connects
+// to a mirror over its WebSocket and comes back as saved; when it leaves,
+// the mirror saves it to the account server from the last trailing state.
+func TestWebSocketRestoreAndSave(t *testing.T) {
+	acct := startAccountServer(t)
+	g := startWallGroup(t, 2, acct)
+	cl, key := acct.account(t, "alice")
+	w, _ := game.NewWorld(g.game)
+	pos := w.SpawnPoint("somewhere", game.RegionCoord{X: 2, Y: 1}, 0)
+	ctx := context.Background()
+	if _, err := cl.SaveCharacter(ctx, accounts.Character{X: int64(pos.X), Y: int64(pos.Y), Health: 60, Hunger: 10, Score: 7, Experience: 12}); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := cl.AccessToken(ctx)
+	c, err := Dial(ctx, g.urls[1], key, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "alice's first update", func() bool { return c.View().HasSelf })
+	v := c.View()
+	if !v.Restored || v.Self.Pos != pos || v.Self.Score != 7 || v.Self.Skill != 12 || v.Self.Health < 59 || v.Self.Health > 61 {
+		t.Fatalf("alice came back as %+v (restored %v), saved at %v with score 7, skill 12, health 60", v.Self, v.Restored, pos)
+	}
+	if v.Mirror != 2 || v.Player != game.PlayerID(cl.Tokens().AccountID) {
+		t.Fatalf("welcome: mirror %d, player %q", v.Mirror, v.Player)
+	}
+	// Walk east for a second, then leave.
+	for range 30 {
+		if err := c.SendInput(ctx, game.Input{MoveX: 127}, false); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second / 30)
+	}
+	waitFor(t, 5*time.Second, "a status line", func() bool { return c.View().Status.Mirror == 2 })
+	time.Sleep(300 * time.Millisecond)
+	var moved game.Player
+	g.mirrors[0].Inspect(func(_, last *State) { moved, _ = last.World().Player(v.Player) })
+	if moved.Pos == pos {
+		t.Fatal("mirror 1's confirmed state does not show alice's walk")
+	}
+	if err := c.Close(); err != nil && !strings.Contains(err.Error(), "closed") {
+		t.Logf("close: %v", err)
+	}
+	var saved accounts.Character
+	waitFor(t, 10*time.Second, "alice saved", func() bool {
+		saved, _ = cl.LoadCharacter(ctx)
+		return saved.Version >= 2
+	})
+	if saved.X != int64(moved.Pos.X) || saved.Y != int64(moved.Pos.Y) || saved.Score != 7 || saved.Region == "" {
+		t.Fatalf("saved %+v, alice stood at %v", saved, moved.Pos)
+	}
+	if st := g.mirrors[1].Metrics(); st.Saves == 0 {
+		t.Fatal("the mirror counted no save")
+	}
+	t.Logf("alice restored at %v, walked to %v, saved there (version %d, region %s)", pos, moved.Pos, saved.Version, saved.Region)
+}
+
+// TestWebSocketAdversaries: over the real WebSocket, an oversized frame
+// closes the connection with 1009, a text frame and a bad token are
+// refused; all are counted; /readyz and /healthz answer.
+func TestWebSocketAdversaries(t *testing.T) {
+	acct := startAccountServer(t)
+	g := startWallGroup(t, 1, acct)
+	cl, key := acct.account(t, "carol")
+	ctx := context.Background()
+	tok, _ := cl.AccessToken(ctx)
+	c, err := Dial(ctx, g.urls[0], key, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendRaw(ctx, websocket.MessageText, []byte(`{"type":"input"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendRaw(ctx, websocket.MessageBinary, make([]byte, MaxClientFrame+100)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the oversized frame did not end the session")
+	}
+	if code := websocket.CloseStatus(c.Err()); code != websocket.StatusMessageTooBig {
+		t.Fatalf("closed with %v (%v), want 1009", code, c.Err())
+	}
+	// A token from another key.
+	_, other := acct.account(t, "dave")
+	_, err = Dial(ctx, g.urls[0], other, tok)
+	var me *MirrorError
+	if !errors.As(err, &me) || me.Code != refusedBadToken {
+		t.Fatalf("a token presented with another peer key: %v", err)
+	}
+	st := g.mirrors[0].Metrics()
+	for _, r := range []string{refusedOversized, refusedTextFrame, refusedBadToken} {
+		if st.Refused[r] == 0 {
+			t.Errorf("%s not counted: %v", r, st.Refused)
+		}
+	}
+	base := strings.Replace(strings.TrimSuffix(g.urls[0], "/ws"), "ws://", "http://", 1)
+	for _, p := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d", p, resp.StatusCode)
+		}
+	}
+}
