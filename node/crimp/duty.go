@@ -237,6 +237,13 @@ func (n *Node) Holder() (MemberID, uint64) {
 	return n.duty.holder, n.duty.epoch
 }
 
+// MemberKey returns the public key bound to member id in duty mode (nil if
+// unknown): what checks a message the duty holder signed above CRIMP (a
+// mirror's releases, checkpoints and state transfers).
+func (n *Node) MemberKey(id MemberID) ed25519.PublicKey {
+	return slices.Clone(n.duty.keys[id])
+}
+
 // Leased reports whether this member holds the duty and may decide now.
 func (n *Node) Leased() bool { return n.mayDecide() }
 

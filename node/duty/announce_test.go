@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/overworld-p2p/overworld/game/arbiter"
 )
 
@@ -152,5 +154,30 @@ func TestAnnouncedByTheHolder(t *testing.T) {
 	}
 	if last := heard[len(heard)-1]; last.Players != 4 {
 		t.Fatalf("last announcement %+v", last)
+	}
+}
+
+func TestCollector(t *testing.T) {
+	var m Metrics
+	m.HandOvers.Add(2)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(m.Collector(prometheus.Labels{"member": "1"})); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() == "duty_handovers_total" {
+			found = mf.GetMetric()[0].GetCounter().GetValue() == 2
+		}
+	}
+	if !found || len(mfs) != len(m.counters()) {
+		t.Fatalf("gathered %d families, handovers found %v", len(mfs), found)
+	}
+	if m.Counters()["handovers"] != 2 {
+		t.Fatalf("counters %v", m.Counters())
 	}
 }
