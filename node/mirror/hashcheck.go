@@ -97,8 +97,8 @@ func (s *Server) ownCheckpoint(cp tss.Checkpoint) {
 		}
 	}
 	switch {
-	case s.cfg.Authority:
-		s.send(signedPeerMessage(s.cfg.AuthorityKey, checkpointMessage(cp)))
+	case s.isHolder():
+		s.send(signedPeerMessage(s.signingKey(), checkpointMessage(cp)))
 	case s.joined && s.id != 0:
 		s.send(encode(checkpointMessage(cp)))
 	}
@@ -149,7 +149,7 @@ func (s *Server) compare(peer crimp.MemberID, tick uint64, own, theirs [32]byte)
 	s.log.Error("state hash mismatch", "tick", tick, "peer", peer,
 		"ours", hex.EncodeToString(own[:8]), "theirs", hex.EncodeToString(theirs[:8]))
 	s.dump(tick, peer, own, theirs)
-	if uint32(peer) == s.authority && !s.cfg.Authority && !s.resyncing &&
+	if peer == s.holderID() && !s.isHolder() && !s.resyncing &&
 		(s.lastSync.IsZero() || s.clock.Now().Sub(s.lastSync) >= resyncCooldown) {
 		s.log.Warn("our last state differs from the authority's: resyncing", "tick", tick)
 		s.fetch(true)

@@ -356,7 +356,7 @@ func decodeTransfer(b []byte, cfg game.Config) (transfer, error) {
 	if err != nil {
 		return transfer{}, fmt.Errorf("transfer state: %w", err)
 	}
-	if st.authority != m.Authority {
+	if st.authority != AnyAuthority && st.authority != m.Authority {
 		return transfer{}, fmt.Errorf("transfer from authority %d of a state whose authority is %d", m.Authority, st.authority)
 	}
 	if len(m.Pending) > maxTransferPending {
