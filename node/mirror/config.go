@@ -13,6 +13,7 @@ import (
 	"github.com/overworld-p2p/overworld/game/arbiter"
 	"github.com/overworld-p2p/overworld/game/tss"
 	"github.com/overworld-p2p/overworld/node/crimp"
+	"github.com/overworld-p2p/overworld/node/duty"
 )
 
 // Config configures a mirror server. Zero fields take the defaults noted;
@@ -41,6 +42,11 @@ type Config struct {
 	// Arbiter configures the rotating arbiter (rotate mode; zero fields
 	// take its defaults).
 	Arbiter arbiter.Config
+	// Announce, in rotate mode, makes the mirror holding the duty announce
+	// the game on Discovery (a LAN without a master server: overworld
+	// lan). Players, Holder and Epoch are filled in.
+	Announce  *duty.Announcement
+	Discovery crimp.Transport
 	// Delays are the synchronizer's delays (default 0, 50 ms, 150 ms).
 	// Only the authority's count: a joining mirror takes the group's from
 	// the state transfer.
@@ -196,6 +202,8 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("rotate mode takes no AuthorityKey or AuthorityPublicKey: each mirror signs with its own MemberKey"))
 	case c.Rotate && c.MemberKey != nil && len(c.MemberKey) != ed25519.PrivateKeySize:
 		errs = append(errs, fmt.Errorf("MemberKey of %d bytes, want %d", len(c.MemberKey), ed25519.PrivateKeySize))
+	case !c.Rotate && (c.Announce != nil || c.Discovery != nil):
+		errs = append(errs, errors.New("Announce and Discovery need Rotate: only a rotating group is found without a master"))
 	case c.Rotate:
 	case !c.Rotate && c.MemberKey != nil:
 		errs = append(errs, errors.New("MemberKey without Rotate: a fixed authority signs with AuthorityKey"))

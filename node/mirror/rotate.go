@@ -67,3 +67,19 @@ func (s *Server) keyOf(id crimp.MemberID) ed25519.PublicKey {
 	s.member.crimp(func(n *crimp.Node) { k = n.MemberKey(id) })
 	return k
 }
+
+// Duty reports this mirror's CRIMP ID, the mirror holding the authority
+// and its duty epoch (0 under a fixed authority), for status lines.
+func (s *Server) Duty() (self, holder crimp.MemberID, epoch uint64) {
+	s.mu.Lock()
+	self = s.id
+	s.mu.Unlock()
+	if s.member == nil {
+		return self, 0, 0
+	}
+	s.member.crimp(func(n *crimp.Node) { holder, epoch = n.Holder() })
+	if !s.cfg.Rotate {
+		holder = authorityID
+	}
+	return self, holder, epoch
+}

@@ -176,7 +176,7 @@ func (s *Server) Start() error {
 	tr := &skewTransport{Transport: s.cfg.Transport, clock: s.clock, est: s.skew}
 	var cm *crimp.Metrics
 	if s.cfg.Rotate {
-		node, err := duty.New(duty.Config{CRIMP: cc, Arbiter: s.cfg.Arbiter, Seed: seed})
+		node, err := duty.New(duty.Config{CRIMP: cc, Arbiter: s.cfg.Arbiter, Seed: seed, Announce: s.cfg.Announce})
 		if err != nil {
 			if s.stateLn != nil {
 				s.stateLn.Close()
@@ -191,7 +191,8 @@ func (s *Server) Start() error {
 					s.onEvent(*e.CRIMP)
 				}
 			},
-			Logger: s.log.With("part", "duty"),
+			Discovery: s.cfg.Discovery,
+			Logger:    s.log.With("part", "duty"),
 		})}
 		if s.cfg.Registerer != nil {
 			if err := s.cfg.Registerer.Register(node.Metrics().Collector(nil)); err != nil {

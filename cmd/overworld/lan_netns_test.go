@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestLANNetns plays `overworld lan` as four players would on a LAN: each
+// player's process in its own network namespace (dy-l<n>-<tag>) on a
+// bridge, over real IP multicast, with no server. The first founds the game
+// and announces it; the others find it on the discovery group and join.
+// Every player is its own mirror and a bot plays on each. Then the process
+// of the mirror holding the authority duty is killed: the others take the
+// duty over, release its avatar and go on agreeing on the game state.
+func TestLANNetns(t *testing.T) {
+	if os.Getenv(lanRoleEnv) != "" {
+		t.Skip("running as a LAN player")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping the LAN test: creating network namespaces, veth pairs and a bridge needs root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping the LAN test: iproute2 'ip' not found")
+	}
+	if testing.Short() {
+		t.Skip("skipping the LAN test in -short mode")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	tag := fmt.Sprintf("%d%03d", os.Getpid()%10000, rng.Intn(1000))
+	subnet := 1 + rng.Intn(250)
+	disc := fmt.Sprintf("239.96.%d.%d:%d", rng.Intn(256), 1+rng.Intn(254), 20000+rng.Intn(20000))
+	bridgeNS := "dy-lb" + tag
+	var players []string
+	for i := range 4 {
+		players = append(players, fmt.Sprintf("dy-l%d-%s", i+1, tag))
+	}
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, ns := range append([]string{bridgeNS}, players...) {
+		t.Cleanup(func() {
+			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
+				t.Logf("cleanup: ip netns del %s: %v: %s", ns, err, out)
+			}
+		})
+		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+			t.Skipf("skipping the LAN test: cannot create a network namespace: %v: %s", err, out)
+		}
+	}
+	ip("-n", bridgeNS, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
+	ip("-n", bridgeNS, "link", "set", "br0", "up")
+	for i, ns := range players {
+		port := fmt.Sprintf("p%d", i+1)
+		ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", bridgeNS)
+		ip("-n", bridgeNS, "link", "set", port, "master", "br0")
+		ip("-n", bridgeNS, "link", "set", port, "up")
+		ip("-n", ns, "addr", "add", fmt.Sprintf("10.96.%d.%d/24", subnet, i+1), "dev", "eth0")
+		ip("-n", ns, "link", "set", "lo", "up")
+		ip("-n", ns, "link", "set", "eth0", "up")
+		ip("-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	procs := make([]*lanProc, len(players))
+	start := func(i int, wait time.Duration) {
+		args := []string{"lan", "-interface", "eth0", "-discovery", disc, "-wait", wait.String(), "-bot",
+			"-name", fmt.Sprintf("p%d", i+1), "-http", "127.0.0.1:0", "-world-size", "3x3", "-status-every", "200ms", "-log-level", "error"}
+		raw, _ := json.Marshal(args)
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", players[i], exe, "-test.run=^TestLANRole$", "-test.count=1", "-test.timeout=5m")
+		cmd.Env = append(os.Environ(), lanRoleEnv+"="+string(raw))
+		p, err := startLANProc(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = p
+		t.Cleanup(p.kill)
+	}
+	live := func() []*lanProc {
+		var out []*lanProc
+		for _, p := range procs {
+			if p != nil && !p.dead {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	poll := func(limit time.Duration, what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(limit); !cond(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				for i, p := range procs {
+					if p != nil {
+						st, _ := p.status()
+						t.Logf("player %d (dead %v): %+v; output:\n%s", i+1, p.dead, st, p.tail())
+					}
+				}
+				t.Fatalf("%s: not within %v", what, limit)
+			}
+		}
+	}
+	// settled: every live player has the same holder and epoch, the game
+	// holds one avatar per live player, and they compared hashes.
+	settled := func(agreedSince map[*lanProc]uint64) bool {
+		ps := live()
+		var first lanStatus
+		for k, p := range ps {
+			st, ok := p.status()
+			if !ok || st.Mirror == 0 || st.Holder == 0 || st.Players != len(ps) || st.Mismatched != 0 {
+				return false
+			}
+			if st.Agreed <= agreedSince[p] {
+				return false
+			}
+			if k == 0 {
+				first = st
+			} else if st.Holder != first.Holder || st.Epoch != first.Epoch {
+				return false
+			}
+		}
+		return true
+	}
+	start(0, time.Second)
+	poll(30*time.Second, "the founder's game", func() bool { st, ok := procs[0].status(); return ok && st.Holder != 0 })
+	for i := 1; i < len(players); i++ {
+		start(i, 3*time.Second)
+	}
+	poll(90*time.Second, "four players agreeing on one game", func() bool { return settled(nil) })
+	if !strings.Contains(procs[0].tail(), "founding") || !strings.Contains(procs[3].tail(), "joining") {
+		t.Fatalf("the first player did not found the game or the last did not find it:\n%s\n%s", procs[0].tail(), procs[3].tail())
+	}
+	before, _ := procs[0].status()
+	var victim *lanProc
+	for _, p := range live() {
+		if st, _ := p.status(); st.Mirror == st.Holder {
+			victim = p
+		}
+	}
+	if victim == nil {
+		t.Fatal("no player holds the duty")
+	}
+	victim.kill()
+	agreed := map[*lanProc]uint64{}
+	for _, p := range live() {
+		st, _ := p.status()
+		agreed[p] = st.Agreed
+	}
+	poll(60*time.Second, "the others taking the duty over and playing on", func() bool {
+		if !settled(agreed) {
+			return false
+		}
+		st, _ := live()[0].status()
+		return st.Holder != before.Holder || st.Epoch != before.Epoch
+	})
+	after, _ := live()[0].status()
+	t.Logf("holder %d (epoch %d) killed; now holder %d (epoch %d), %d players", before.Holder, before.Epoch, after.Holder, after.Epoch, after.Players)
+	for _, p := range live() {
+		p.stop()
+	}
+}
+
+const lanRoleEnv = "OVERWORLD_LAN_ROLE"
+
+// TestLANRole runs `overworld lan` with the arguments in lanRoleEnv until
+// its stdin closes.
+func TestLANRole(t *testing.T) {
+	raw := os.Getenv(lanRoleEnv)
+	if raw == "" {
+		t.Skip("helper process of TestLANNetns")
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(raw), &args); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	if err := dispatch(ctx, args, os.Stdout, os.Stderr); err != nil && ctx.Err() == nil {
+		t.Fatal(err)
+	}
+}
+
+type lanStatusLine = lanStatus
+
+// lanProc is one player process: its latest status line and its output.
+type lanProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	mu    sync.Mutex
+	last  lanStatusLine
+	seen  bool
+	out   []string
+	dead  bool
+}
+
+func startLANProc(cmd *exec.Cmd) (*lanProc, error) {
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	p := &lanProc{cmd: cmd, stdin: stdin}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			if js, ok := strings.CutPrefix(line, "STATUS "); ok {
+				var st lanStatusLine
+				if json.Unmarshal([]byte(js), &st) == nil {
+					p.last, p.seen = st, true
+				}
+			} else {
+				p.out = append(p.out, line)
+				if len(p.out) > 200 {
+					p.out = p.out[len(p.out)-200:]
+				}
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return p, nil
+}
+
+func (p *lanProc) status() (lanStatusLine, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last, p.seen && !p.dead
+}
+
+func (p *lanProc) tail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.out, "\n")
+}
+
+// kill ends the player at once, as a crash would.
+func (p *lanProc) kill() {
+	p.mu.Lock()
+	if p.dead {
+		p.mu.Unlock()
+		return
+	}
+	p.dead = true
+	p.mu.Unlock()
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+}
+
+// stop lets the player leave: its stdin closes, it shuts down.
+func (p *lanProc) stop() {
+	_ = p.stdin.Close()
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		p.mu.Lock()
+		p.dead = true
+		p.mu.Unlock()
+	case <-time.After(20 * time.Second):
+		p.kill()
+	}
+}
