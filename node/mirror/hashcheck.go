@@ -98,7 +98,11 @@ func (s *Server) ownCheckpoint(cp tss.Checkpoint) {
 	}
 	switch {
 	case s.isHolder():
-		s.send(signedPeerMessage(s.signingKey(), checkpointMessage(cp)))
+		m := checkpointMessage(cp)
+		if s.cfg.Rotate {
+			m.GetCheckpoint().StateAddr = s.ownStateAddr
+		}
+		s.send(signedPeerMessage(s.signingKey(), m))
 	case s.joined && s.id != 0:
 		s.send(encode(checkpointMessage(cp)))
 	}
@@ -152,6 +156,11 @@ func (s *Server) compare(peer crimp.MemberID, tick uint64, own, theirs [32]byte)
 	if peer == s.holderID() && !s.isHolder() && !s.resyncing &&
 		(s.lastSync.IsZero() || s.clock.Now().Sub(s.lastSync) >= resyncCooldown) {
 		s.log.Warn("our last state differs from the authority's: resyncing", "tick", tick)
+		if s.cfg.Rotate && s.holderAddr.addr != "" {
+			// From the mirror holding the duty now, not the one that
+			// admitted us (it may be gone).
+			s.stateAddr, s.stateFrom = s.holderAddr.addr, s.holderAddr.id
+		}
 		s.fetch(true)
 	}
 }

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"crypto/ed25519"
+	"time"
 
 	"github.com/overworld-p2p/overworld/node/crimp"
 	"github.com/overworld-p2p/overworld/node/duty"
@@ -82,4 +83,54 @@ func (s *Server) Duty() (self, holder crimp.MemberID, epoch uint64) {
 		holder = authorityID
 	}
 	return self, holder, epoch
+}
+
+// parkedDelivery is a signed release or checkpoint from a mirror not (yet)
+// known to hold the duty.
+type parkedDelivery struct {
+	d  crimp.Delivery
+	at time.Time
+}
+
+// maxParked bounds the parked deliveries.
+const maxParked = 32
+
+// park keeps d until the duty moves (lock held). What waits longer than
+// CRIMP's history, or does not fit, is refused as not the authority's.
+func (s *Server) park(d crimp.Delivery) {
+	s.expireParked()
+	if len(s.parked) >= maxParked {
+		s.m.refuse(refusedAuthorityUnsigned)
+		return
+	}
+	s.parked = append(s.parked, parkedDelivery{d: d, at: s.clock.Now()})
+}
+
+func (s *Server) expireParked() {
+	now := s.clock.Now()
+	kept := s.parked[:0]
+	for _, p := range s.parked {
+		if now.Sub(p.at) > s.cfg.CRIMP.History {
+			s.m.refuse(refusedAuthorityUnsigned)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	s.parked = kept
+}
+
+// unpark checks the parked deliveries again after the duty moved (lock
+// held): their sender may hold it now.
+func (s *Server) unpark() {
+	s.expireParked()
+	ps := s.parked
+	s.parked = nil
+	holder := s.holderID()
+	for _, p := range ps {
+		if p.d.Source == holder {
+			s.deliverPeer(p.d)
+		} else {
+			s.parked = append(s.parked, p)
+		}
+	}
 }

@@ -132,15 +132,15 @@ func TestRotateForgedAuthority(t *testing.T) {
 	}{
 		{1, signedPeerMessage(keys[2], rm), refusedAuthoritySignature},  // in the holder's name, another mirror's key
 		{1, signedPeerMessage(keys[2], lie), refusedAuthoritySignature}, // the same for a checkpoint
-		{3, signedPeerMessage(keys[2], rm), refusedAuthoritySignature},  // a non-holder's own signed release
-		{3, signedPeerMessage(keys[0], rm), refusedAuthorityUnsigned},   // the holder's genuine release, sent by another
+		{3, signedPeerMessage(keys[0], rm), refusedAuthoritySignature},  // the holder's genuine release, sent by another
+		{3, signedPeerMessage(keys[2], rm), refusedAuthorityUnsigned},   // a non-holder's own signed release: kept a history, then refused
 	}
 	for i, f := range forgeries {
 		before := c.mirrors[1].Metrics().Refused[f.reason]
 		c.clock.AfterFunc(0, func() {
 			c.mirrors[1].onDeliver(crimp.Delivery{Key: crimp.Key{Source: f.from, Seq: uint32(1000 + i)}, Payload: f.payload})
 		})
-		c.run(100 * time.Millisecond)
+		c.run(1500 * time.Millisecond)
 		if after := c.mirrors[1].Metrics().Refused[f.reason]; after != before+1 {
 			t.Errorf("forgery %d from mirror %d: %s counted %d, then %d", i, f.from, f.reason, before, after)
 		}

@@ -66,6 +66,15 @@ type Server struct {
 	authority uint32
 	stateAddr string         // the authority's state-transfer address
 	stateFrom crimp.MemberID // ... the mirror that serves it (the holder that admitted us)
+	// Rotate mode: this mirror's own state-transfer address, the holder's
+	// (from its signed checkpoints), and the signed releases and
+	// checkpoints of mirrors not yet known to hold the duty.
+	ownStateAddr string
+	holderAddr   struct {
+		id   crimp.MemberID
+		addr string
+	}
+	parked    []parkedDelivery
 	sync      *synchronizer
 	seq       uint64
 	post      []func()
@@ -160,6 +169,7 @@ func (s *Server) Start() error {
 		if cc.StateAddr == "" {
 			cc.StateAddr = ln.Addr().String()
 		}
+		s.ownStateAddr = cc.StateAddr
 	}
 	if s.cfg.Authority {
 		cc.ID = authorityID
@@ -407,6 +417,9 @@ func (s *Server) onTimer() {
 			return
 		}
 		now := s.clock.Now()
+		if len(s.parked) > 0 {
+			s.expireParked()
+		}
 		if s.sync != nil {
 			s.flushHeld(now)
 			s.tickTo(now)
@@ -587,48 +600,69 @@ func (s *Server) onDeliver(d crimp.Delivery) {
 		if s.closed {
 			return
 		}
-		holder := s.holderID()
-		msg, err := decodePeerMessage(d.Payload, s.keyOf(holder))
-		if errors.Is(err, errBadAuthoritySignature) {
-			s.m.refuse(refusedAuthoritySignature)
-			s.log.Warn("a message in the authority's name without its signature", "from", d.Source)
-			return
-		}
-		if err != nil {
-			s.m.refuse(refusedPayload)
-			s.log.Debug("undecodable payload", "from", d.Source, "err", err)
-			return
-		}
-		fromAuthority := d.Source == holder
-		if msg.checkpoint != nil && msg.signed != fromAuthority || msg.command != nil && msg.command.Release != 0 && !(msg.signed && fromAuthority) {
-			// Releases and the authority's checkpoints are signed by it;
-			// no other mirror takes those decisions (or replays them).
-			s.m.refuse(refusedAuthorityUnsigned)
-			s.log.Warn("a release or an authority checkpoint not signed by the authority, or signed but not sent by it", "from", d.Source, "signed", msg.signed)
-			return
-		}
-		if msg.checkpoint != nil {
-			s.peerCheckpoint(d.Source, *msg.checkpoint)
-			return
-		}
-		cmd := *msg.command
-		if cmd.Mirror != uint32(d.Source) {
-			s.m.refuse(refusedForged)
-			s.log.Warn("command claims another ingress than its sender", "from", d.Source, "claims", cmd.Mirror)
-			return
-		}
-		s.m.commandsReceived.Add(1)
-		now := s.clock.Now()
-		if s.sync == nil {
-			if len(s.buffered) >= maxBuffered {
-				s.m.refuse(refusedBuffer)
-				return
-			}
-			s.buffered = append(s.buffered, cmd)
-			return
-		}
-		s.deliver(cmd, now)
+		s.deliverPeer(d)
 	})
+}
+
+// deliverPeer handles a CRIMP payload from another mirror (lock held).
+func (s *Server) deliverPeer(d crimp.Delivery) {
+	holder := s.holderID()
+	key := s.keyOf(holder)
+	if s.cfg.Rotate {
+		// The sender's own key: a signature binds a decision to the
+		// mirror that took it, holder now or (parked) soon.
+		key = s.keyOf(d.Source)
+	}
+	msg, err := decodePeerMessage(d.Payload, key)
+	if errors.Is(err, errBadAuthoritySignature) {
+		s.m.refuse(refusedAuthoritySignature)
+		s.log.Warn("a message in the authority's name without its signature", "from", d.Source)
+		return
+	}
+	if err != nil {
+		s.m.refuse(refusedPayload)
+		s.log.Debug("undecodable payload", "from", d.Source, "err", err)
+		return
+	}
+	fromAuthority := d.Source == holder
+	if s.cfg.Rotate && msg.signed && !fromAuthority {
+		// Signed by its sender, which we do not know to hold the duty
+		// yet: CRIMP is unordered, and the move of the duty may still
+		// be on its way. Check again when the duty moves.
+		s.park(d)
+		return
+	}
+	if fromAuthority && msg.checkpoint != nil && msg.stateAddr != "" {
+		s.holderAddr.id, s.holderAddr.addr = d.Source, msg.stateAddr
+	}
+	if msg.checkpoint != nil && msg.signed != fromAuthority || msg.command != nil && msg.command.Release != 0 && !(msg.signed && fromAuthority) {
+		// Releases and the authority's checkpoints are signed by it;
+		// no other mirror takes those decisions (or replays them).
+		s.m.refuse(refusedAuthorityUnsigned)
+		s.log.Warn("a release or an authority checkpoint not signed by the authority, or signed but not sent by it", "from", d.Source, "signed", msg.signed)
+		return
+	}
+	if msg.checkpoint != nil {
+		s.peerCheckpoint(d.Source, *msg.checkpoint)
+		return
+	}
+	cmd := *msg.command
+	if cmd.Mirror != uint32(d.Source) {
+		s.m.refuse(refusedForged)
+		s.log.Warn("command claims another ingress than its sender", "from", d.Source, "claims", cmd.Mirror)
+		return
+	}
+	s.m.commandsReceived.Add(1)
+	now := s.clock.Now()
+	if s.sync == nil {
+		if len(s.buffered) >= maxBuffered {
+			s.m.refuse(refusedBuffer)
+			return
+		}
+		s.buffered = append(s.buffered, cmd)
+		return
+	}
+	s.deliver(cmd, now)
 }
 
 // deliver files a command from another mirror (or a transfer) at now.
@@ -663,6 +697,9 @@ func (s *Server) onEvent(e crimp.Event) {
 			s.fetch(false)
 		case crimp.EventDenied:
 			s.log.Error("the authority refused this mirror", "reason", e.Reason)
+		case crimp.EventDuty:
+			s.log.Info("the authority duty moved", "holder", e.Member, "epoch", e.Epoch)
+			s.unpark()
 		case crimp.EventMemberJoined:
 			s.log.Info("mirror joined the group", "member", e.Member)
 			if t := s.releases[e.Member]; t != nil {
@@ -686,11 +723,13 @@ func (s *Server) onEvent(e crimp.Event) {
 			s.sync, s.joined, s.id, s.buffered, s.captures = nil, false, 0, nil, nil
 			s.skew.self.Store(0)
 			s.cps.init()
-			s.post = append(s.post, func() {
-				if err := s.member.Join(); err != nil {
-					s.log.Error("rejoin failed", "err", err)
-				}
-			})
+			if !s.cfg.Rotate { // in rotate mode node/duty joins again by itself
+				s.post = append(s.post, func() {
+					if err := s.member.Join(); err != nil {
+						s.log.Error("rejoin failed", "err", err)
+					}
+				})
+			}
 		}
 		s.updateReady()
 	})
