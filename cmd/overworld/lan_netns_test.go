@@ -172,6 +172,7 @@ func TestLANNetns(t *testing.T) {
 		t.Fatal("no player holds the duty")
 	}
 	victim.kill()
+	killed := time.Now()
 	clear(quietFor)
 	poll(60*time.Second, "the others taking the duty over and playing on", func() bool {
 		if !settled() {
@@ -181,7 +182,8 @@ func TestLANNetns(t *testing.T) {
 		return st.Holder != before.Holder || st.Epoch != before.Epoch
 	})
 	after, _ := live()[0].status()
-	t.Logf("holder %d (epoch %d) killed; now holder %d (epoch %d), %d players", before.Holder, before.Epoch, after.Holder, after.Epoch, after.Players)
+	t.Logf("holder %d (epoch %d) killed; now holder %d (epoch %d), %d players, agreeing again %v after the kill (incl. the 2 s quiet window)",
+		before.Holder, before.Epoch, after.Holder, after.Epoch, after.Players, time.Since(killed).Round(100*time.Millisecond))
 	for _, p := range live() {
 		p.stop()
 	}

@@ -232,11 +232,14 @@ func TestLANNetns(t *testing.T) {
 	victimID := victim.status().ID
 	next = claimRound(next)
 	victim.kill()
+	killed := time.Now()
 	delete(claims, victim)
 	poll(30*time.Second, "the survivors took the duty over", func() bool {
 		return settled() && live()[0].status().Holder != victimID
 	})
+	tookOver := time.Since(killed)
 	poll(20*time.Second, "the claims in flight answered", answered)
+	t.Logf("duty taken over and settled %v after the kill; claims in flight answered %v after it", tookOver.Round(10*time.Millisecond), time.Since(killed).Round(10*time.Millisecond))
 	for range 2 {
 		next = claimRound(next)
 		poll(20*time.Second, "claims after the kill answered", answered)
