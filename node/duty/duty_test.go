@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -224,7 +225,7 @@ func (g *group) epoch() uint64 {
 
 // claimRound has every live member claim the resources next..next+k, two
 // members per resource, so that the arbiter decides contested claims.
-func (g *group) claimRound(next arbiter.ResourceID) {
+func (g *group) claimRound(next arbiter.ResourceID) arbiter.ResourceID {
 	live := g.live()
 	for k, i := range live {
 		for _, r := range []arbiter.ResourceID{next + arbiter.ResourceID(k), next + arbiter.ResourceID((k+1)%len(live))} {
@@ -233,6 +234,7 @@ func (g *group) claimRound(next arbiter.ResourceID) {
 			}
 		}
 	}
+	return next + arbiter.ResourceID(len(live))
 }
 
 // checkGrants: every resource below upTo was granted, and no two live
@@ -499,4 +501,61 @@ func TestDutySoak(t *testing.T) {
 			t.Run(name+"/"+strconv.FormatInt(netSeed, 10), f)
 		}
 	}
+}
+
+// A holder that quits on purpose hands both duties on before it goes: the
+// others need no vote, and the game goes on.
+func TestDutyHolderLeaves(t *testing.T) {
+	g := newGroup(t, 4)
+	next := g.claimRound(1)
+	if !g.runUntil(10*time.Second, g.settled) {
+		g.dump()
+		t.Fatal("no settle")
+	}
+	leaver := g.holderIndex()
+	leaverID := g.id(leaver)
+	if err := g.members[leaver].Leave(); err != nil {
+		t.Fatal(err)
+	}
+	g.clock.RunFor(50 * time.Millisecond)
+	g.members[leaver].Close()
+	g.dead[leaver] = true
+	if !g.runUntil(20*time.Second, func() bool {
+		if !g.settled() {
+			return false
+		}
+		for _, i := range g.live() {
+			var view []crimp.MemberID
+			g.members[i].Inspect(func(n *Node) { view = n.CRIMP().Members() })
+			if slices.Contains(view, leaverID) {
+				return false
+			}
+		}
+		return true
+	}) {
+		g.dump()
+		t.Fatal("the others did not settle without the leaver")
+	}
+	for _, i := range g.live() {
+		g.members[i].Inspect(func(n *Node) {
+			if n.CRIMP().Metrics().Takeovers.Load() != 0 || n.CRIMP().Metrics().Campaigns.Load() != 0 {
+				t.Errorf("member %d campaigned or took over: the duty should have been handed over", n.ID())
+			}
+		})
+	}
+	next = g.claimRound(next)
+	if !g.runUntil(10*time.Second, func() bool {
+		for _, i := range g.live() {
+			for r := next - arbiter.ResourceID(len(g.live())); r < next; r++ {
+				if _, ok := g.grants[i][r]; !ok {
+					return false
+				}
+			}
+		}
+		return true
+	}) {
+		g.dump()
+		t.Fatal("claims after the leave were not granted")
+	}
+	g.checkGrants(next)
 }

@@ -74,6 +74,12 @@ func (m *Member) Claim(r arbiter.ResourceID) error {
 	return m.call(func() (Ready, error) { return m.node.Claim(m.clock.Now(), r) })
 }
 
+// Leave hands the duty on and leaves the game (see Node.Leave); call it
+// before Close when the process stops on purpose.
+func (m *Member) Leave() error {
+	return m.call(func() (Ready, error) { return m.node.Leave(m.clock.Now()) })
+}
+
 // Inspect runs f with the node under the member's lock.
 func (m *Member) Inspect(f func(*Node)) {
 	m.mu.Lock()

@@ -1,6 +1,7 @@
 package duty
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -112,6 +113,7 @@ type Node struct {
 	created bool      // the founder created the game
 
 	announceAt time.Time
+	leaving    bool // Leave was called: hand the duty on, never campaign
 }
 
 // New returns a Node; the founder creates the group and the game at its
@@ -198,6 +200,53 @@ func (n *Node) Claim(now time.Time, r arbiter.ResourceID) (Ready, error) {
 	ar, err := n.arb.Claim(now, r)
 	n.absorbArbiter(now, ar)
 	return n.ready(now), err
+}
+
+// Leave takes the member out of the game before it stops: the arbiter
+// hands its duty on and leaves (paper §3.4), and if this member holds the
+// CRIMP duty it hands it to the arbiter's successor (or, without one, the
+// member after it in ID order) at once, so that the others need not wait
+// out its silence and vote.
+func (n *Node) Leave(now time.Time) (Ready, error) {
+	n.leaving = true
+	var to crimp.MemberID
+	if n.arb != nil {
+		ar, err := n.arb.Leave(now)
+		n.absorbArbiter(now, ar)
+		if err == nil {
+			to = crimp.MemberID(n.arb.Status().HandOver)
+		}
+	}
+	me := n.crimp.ID()
+	if holder, _ := n.crimp.Holder(); holder != me || me == 0 {
+		return n.ready(now), nil
+	}
+	if to == 0 || to == me {
+		// The next ID after ours, wrapping round (members ascend).
+		var first, after crimp.MemberID
+		for _, m := range n.crimp.AuthorityState().Members {
+			if m.ID == me {
+				continue
+			}
+			if first == 0 {
+				first = m.ID
+			}
+			if m.ID > me && after == 0 {
+				after = m.ID
+			}
+		}
+		to = cmp.Or(after, first)
+	}
+	if to == 0 {
+		return n.ready(now), nil // alone: nobody to hand to
+	}
+	r, err := n.crimp.HandOver(now, to)
+	n.absorb(now, r)
+	if err != nil {
+		return n.ready(now), fmt.Errorf("duty leave: hand-over to %d: %w", to, err)
+	}
+	n.metrics.HandOvers.Add(1)
+	return n.ready(now), nil
 }
 
 // absorb takes a CRIMP Ready: datagrams out, payloads to the application
@@ -310,7 +359,7 @@ func (n *Node) reconcile(now time.Time) {
 	holder, _ := n.crimp.Holder()
 	me := n.crimp.ID()
 	switch {
-	case me == 0:
+	case me == 0 || n.leaving:
 	case holder == me && !n.arb.OnDuty():
 		to := crimp.MemberID(n.arb.Holder())
 		if to == 0 || to == me {

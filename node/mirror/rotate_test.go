@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"context"
 	"crypto/ed25519"
 	"fmt"
 	"math/rand"
@@ -150,6 +151,38 @@ func TestRotateForgedAuthority(t *testing.T) {
 		t.Fatal("the victim was released")
 	}
 	if n, bad := c.agreement(); n < 1 || bad != "" {
+		t.Fatalf("%d ticks compared, %s", n, bad)
+	}
+}
+
+// A holder that shuts down hands the duty on: the others go on without a
+// vote.
+func TestRotateHolderShutsDown(t *testing.T) {
+	c := newCluster(t, rotateOpts())
+	for i := range 3 {
+		c.bot(i, c.player(fmt.Sprintf("bot%d", i)), uint64(i+1))
+	}
+	c.run(3 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := c.mirrors[0].Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.runUntil(5*time.Second, "the duty handed on", func() bool {
+		h1, h2 := holderOf(c.mirrors[1]), holderOf(c.mirrors[2])
+		return h1 == h2 && h1 != 0 && h1 != authorityID
+	})
+	for _, i := range []int{1, 2} {
+		if n := c.mirrors[i].member.crimpMetrics().Takeovers.Load(); n != 0 {
+			t.Errorf("mirror %d took the duty over (%d): it should have been handed over", i+1, n)
+		}
+	}
+	mark := len(c.seen[1])
+	c.run(5 * time.Second)
+	if len(c.seen[1]) <= mark {
+		t.Fatal("no checkpoints after the shutdown")
+	}
+	if n, bad := c.agreement(1, 2); n < 1 || bad != "" {
 		t.Fatalf("%d ticks compared, %s", n, bad)
 	}
 }

@@ -929,6 +929,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	if rm, ok := s.member.(rotateMember); ok {
+		// Hand the duty on before going, so the others need not wait out
+		// our silence and vote.
+		if err := rm.Leave(); err != nil {
+			s.log.Warn("leaving the rotating authority", "err", err)
+		}
+	}
 	return s.Close()
 }
 
