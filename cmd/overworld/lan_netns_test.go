@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/overworld-p2p/overworld/internal/netnstest"
 )
 
 // TestLANNetns plays `overworld lan` as four players would on a LAN: each
@@ -27,12 +28,6 @@ func TestLANNetns(t *testing.T) {
 	if os.Getenv(lanRoleEnv) != "" {
 		t.Skip("running as a LAN player")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("skipping the LAN test: creating network namespaces, veth pairs and a bridge needs root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping the LAN test: iproute2 'ip' not found")
-	}
 	if testing.Short() {
 		t.Skip("skipping the LAN test in -short mode")
 	}
@@ -40,43 +35,8 @@ func TestLANNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
-	tag := fmt.Sprintf("%d%03d", os.Getpid()%10000, rng.Intn(1000))
-	subnet := 1 + rng.Intn(250)
-	disc := fmt.Sprintf("239.96.%d.%d:%d", rng.Intn(256), 1+rng.Intn(254), 20000+rng.Intn(20000))
-	bridgeNS := "dy-lb" + tag
-	var players []string
-	for i := range 4 {
-		players = append(players, fmt.Sprintf("dy-l%d-%s", i+1, tag))
-	}
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	for _, ns := range append([]string{bridgeNS}, players...) {
-		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
-				t.Logf("cleanup: ip netns del %s: %v: %s", ns, err, out)
-			}
-		})
-		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-			t.Skipf("skipping the LAN test: cannot create a network namespace: %v: %s", err, out)
-		}
-	}
-	ip("-n", bridgeNS, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
-	ip("-n", bridgeNS, "link", "set", "br0", "up")
-	for i, ns := range players {
-		port := fmt.Sprintf("p%d", i+1)
-		ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", bridgeNS)
-		ip("-n", bridgeNS, "link", "set", port, "master", "br0")
-		ip("-n", bridgeNS, "link", "set", port, "up")
-		ip("-n", ns, "addr", "add", fmt.Sprintf("10.96.%d.%d/24", subnet, i+1), "dev", "eth0")
-		ip("-n", ns, "link", "set", "lo", "up")
-		ip("-n", ns, "link", "set", "eth0", "up")
-		ip("-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0")
-	}
+	players := netnstest.LAN(t, "dy-l", 4)
+	disc := netnstest.Group(96)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

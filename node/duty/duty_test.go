@@ -237,6 +237,19 @@ func (g *group) claimRound(next arbiter.ResourceID) arbiter.ResourceID {
 	return next + arbiter.ResourceID(len(live))
 }
 
+// granted reports whether every live member reported a grant of each
+// resource in [from, to).
+func (g *group) granted(from, to arbiter.ResourceID) bool {
+	for _, i := range g.live() {
+		for r := from; r < to; r++ {
+			if _, ok := g.grants[i][r]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // checkGrants: every resource below upTo was granted, and no two live
 // members know different grantees for one. What a member knows is the
 // grants it reported (EventGrant) and its arbiter's log (a member that
@@ -353,16 +366,7 @@ func TestDutyKillServingArbiter(t *testing.T) {
 	// The game goes on.
 	g.claimRound(next)
 	next += arbiter.ResourceID(len(g.live()))
-	if !g.runUntil(10*time.Second, func() bool {
-		for _, i := range g.live() {
-			for r := next - arbiter.ResourceID(2*len(g.live())); r < next; r++ {
-				if _, ok := g.grants[i][r]; !ok {
-					return false
-				}
-			}
-		}
-		return true
-	}) {
+	if !g.runUntil(10*time.Second, func() bool { return g.granted(next-arbiter.ResourceID(2*len(g.live())), next) }) {
 		g.dump()
 		t.Fatal("claims after the kill were not granted")
 	}
@@ -468,16 +472,7 @@ func TestDutyPartitionMinoritySideGrantsNothing(t *testing.T) {
 	// The cut-off members joined again as new members (their old claims
 	// went with their old membership); the whole group plays on.
 	g.claimRound(300)
-	if !g.runUntil(10*time.Second, func() bool {
-		for _, i := range g.live() {
-			for r := arbiter.ResourceID(300); r < arbiter.ResourceID(300+len(g.live())); r++ {
-				if _, ok := g.grants[i][r]; !ok {
-					return false
-				}
-			}
-		}
-		return true
-	}) {
+	if !g.runUntil(10*time.Second, func() bool { return g.granted(300, arbiter.ResourceID(300+len(g.live()))) }) {
 		g.dump()
 		t.Fatal("claims after the heal were not granted everywhere")
 	}
@@ -544,16 +539,7 @@ func TestDutyHolderLeaves(t *testing.T) {
 		})
 	}
 	next = g.claimRound(next)
-	if !g.runUntil(10*time.Second, func() bool {
-		for _, i := range g.live() {
-			for r := next - arbiter.ResourceID(len(g.live())); r < next; r++ {
-				if _, ok := g.grants[i][r]; !ok {
-					return false
-				}
-			}
-		}
-		return true
-	}) {
+	if !g.runUntil(10*time.Second, func() bool { return g.granted(next-arbiter.ResourceID(len(g.live())), next) }) {
 		g.dump()
 		t.Fatal("claims after the leave were not granted")
 	}

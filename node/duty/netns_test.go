@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -20,11 +19,12 @@ import (
 	"time"
 
 	"github.com/overworld-p2p/overworld/game/arbiter"
+	"github.com/overworld-p2p/overworld/internal/netnstest"
 	"github.com/overworld-p2p/overworld/node/crimp"
 )
 
 // The LAN test: four players, each its own process in its own network
-// namespace (dy-<n>-<tag>) on a bridge (in dy-br<tag>), over real IP
+// namespace (dy-<n>-<tag>) on a bridge (in dy-br-<tag>), over real IP
 // multicast. The first founds a game and announces it on the discovery
 // group; the others find it there (no master, no address given) and join
 // its CRIMP group; the rotating arbiter moves the CRIMP authority among
@@ -62,12 +62,6 @@ func TestLANNetns(t *testing.T) {
 	if os.Getenv(lanMemberEnv) != "" {
 		t.Skip("running as a namespace member")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("skipping the LAN multicast test: creating network namespaces, veth pairs and a bridge needs root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping the LAN multicast test: iproute2 'ip' not found")
-	}
 	if testing.Short() {
 		t.Skip("skipping the LAN multicast test in -short mode")
 	}
@@ -75,44 +69,8 @@ func TestLANNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
-	tag := fmt.Sprintf("%d%03d", os.Getpid()%10000, rng.Intn(1000))
-	subnet := 1 + rng.Intn(250)
-	disc := fmt.Sprintf("239.98.%d.%d:%d", rng.Intn(256), 1+rng.Intn(254), 20000+rng.Intn(20000))
-	group := fmt.Sprintf("239.97.%d.%d:%d", rng.Intn(256), 1+rng.Intn(254), 20000+rng.Intn(20000))
-	bridgeNS := "dy-br" + tag
-	var memberNS []string
-	for i := range 4 {
-		memberNS = append(memberNS, fmt.Sprintf("dy-%d-%s", i+1, tag))
-	}
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	for _, ns := range append([]string{bridgeNS}, memberNS...) {
-		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
-				t.Logf("cleanup: ip netns del %s: %v: %s", ns, err, out)
-			}
-		})
-		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-			t.Skipf("skipping the LAN multicast test: cannot create a network namespace: %v: %s", err, out)
-		}
-	}
-	ip("-n", bridgeNS, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
-	ip("-n", bridgeNS, "link", "set", "br0", "up")
-	for i, ns := range memberNS {
-		port := fmt.Sprintf("p%d", i+1)
-		ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", bridgeNS)
-		ip("-n", bridgeNS, "link", "set", port, "master", "br0")
-		ip("-n", bridgeNS, "link", "set", port, "up")
-		ip("-n", ns, "addr", "add", fmt.Sprintf("10.98.%d.%d/24", subnet, i+1), "dev", "eth0")
-		ip("-n", ns, "link", "set", "lo", "up")
-		ip("-n", ns, "link", "set", "eth0", "up")
-		ip("-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0")
-	}
+	memberNS := netnstest.LAN(t, "dy-", 4)
+	disc, group := netnstest.Group(98), netnstest.Group(97)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
