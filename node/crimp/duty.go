@@ -39,23 +39,27 @@ import (
 // member votes only after TakeoverAfter > LeaseTimeout of silence from the
 // holder and stops following once it voted, so by the time a majority
 // voted the old holder's lease is over: two holders never decide at once,
-// and a partition side without a majority admits, drops and grants
-// nothing. A holder's admissions in the last LeaseTimeout before a
+// and a partition side without a majority admits and drops nothing (and
+// node/duty's arbiter, leased the same way, grants nothing there). A
+// holder's admissions in the last LeaseTimeout before a
 // takeover may go unheard by the new holder, so a takeover skips MaxGroup
 // IDs, and the new holder drops the members it does not know (they join
 // again). Admissions themselves can pause the lease: a new member counts
-// towards the majority before its first session echoes the holder. (This assumes one-way delays well below TakeoverAfter -
-// LeaseTimeout, and that session packets are the senders' own: CRIMP does
-// not authenticate the sender of unsigned packets, so a hostile member can
-// keep a dead holder's lease alive by forging its peers' sessions; it
-// cannot take a decision.)
+// towards the majority before its first session echoes the holder. (This
+// assumes one-way delays well below TakeoverAfter - LeaseTimeout, and that
+// session packets are the senders' own: CRIMP does not authenticate the
+// sender of unsigned packets, so a hostile member can keep a cut-off
+// holder's lease alive by forging its peers' sessions, or delay a takeover
+// by forging the holder's; it cannot take a decision.)
 //
 // Keys. A member learns the others' keys from the establishments (its own
 // lists the members before it; those it hears while joining are checked
 // once it is in). Sessions carry a digest of the keys the sender knows; the
 // holder answers a digest unlike its own, and every History anyway, with
-// its state as a hand-over to itself (a refresh), so that a member that
-// lost an establishment learns the key. A member missing keys counts a
+// its state as a hand-over to itself (a refresh), and each member with its
+// own admission (the establishment that admitted it, signed by the holder
+// of its epoch), so that a member that lost an establishment learns the
+// key. A member missing keys counts a
 // smaller majority: a candidate that missed members could believe it won
 // a takeover that the others refuse (they count their own majority), so
 // takeovers are safe for every member that checks them, but such a
@@ -64,8 +68,12 @@ import (
 // Laggards. Members keep the last maxProofs hand-overs and takeovers as
 // received. A holder (or the member that just handed over) that hears a
 // session of an older epoch multicasts those the laggard lacks, in order,
-// at most once per JoinTimeout; a member more than maxProofs epochs behind
-// cannot verify the chain and must join again.
+// at most once per JoinTimeout. A member more than maxProofs epochs behind
+// cannot verify the chain: after refusing decisions of a newer epoch for
+// 2·History without catching up, while its own holder shows a newer epoch
+// or has fallen silent, it counts itself dropped (EventDropped) and must
+// join again. (Decisions alone do not make it give up: a member could sign
+// one of any epoch. Forging its holder's sessions as well could.)
 
 // verdict is what checkDuty decides about a packet.
 type verdict uint8
@@ -112,6 +120,9 @@ type dutyState struct {
 	admission, pendingAdmission []byte
 	admissionEpoch              uint64
 	admissionSentAt             time.Time
+
+	aheadSince    time.Time // when this member first refused a decision of an epoch it cannot reach (zero: none since it last caught up)
+	holderMovedOn bool      // its holder's sessions show a newer epoch
 
 	refreshAt  time.Time // holder: when to multicast its state again
 	keysSentAt time.Time // holder: the last refresh sent for a member whose keys differ
@@ -339,8 +350,24 @@ func (n *Node) Campaign(now time.Time) (Ready, error) {
 	return n.ready(), nil
 }
 
-// dutyTimers repeats a running campaign's vote and ends it when it expires.
+// noteAhead records that this member refused a decision of an epoch it has
+// not reached.
+func (n *Node) noteAhead(now time.Time) {
+	if n.duty.aheadSince.IsZero() {
+		n.duty.aheadSince = now
+	}
+}
+
+// dutyTimers repeats a running campaign's vote and ends it when it
+// expires, and gives up a membership that stayed behind the group's epoch.
 func (n *Node) dutyTimers() {
+	d := &n.duty
+	behind := !n.holds() && (d.holderMovedOn || n.now.Sub(d.holderHeard) >= n.cfg.TakeoverAfter)
+	if a := d.aheadSince; !a.IsZero() && n.id != 0 && behind && n.now.Sub(a) > 2*n.cfg.History {
+		n.metrics.GaveUp.Add(1)
+		n.onDrop(n.id)
+		return
+	}
 	c := n.duty.campaign
 	if c == nil {
 		return
@@ -415,6 +442,7 @@ func (n *Node) install(st AuthorityState, signer MemberID, raw []byte) {
 		}
 	}
 	d.holderHeard = n.now
+	d.aheadSince, d.holderMovedOn = time.Time{}, false
 	if c := d.campaign; c != nil && c.epoch <= d.epoch {
 		d.campaign = nil
 	}
@@ -571,6 +599,9 @@ func (n *Node) handleDuty(p *Packet, raw []byte) bool {
 		n.duty.holderHeard = n.now
 	}
 	if p.Kind == KindSession {
+		if p.Sender == n.duty.holder && p.Epoch > n.duty.epoch {
+			n.duty.holderMovedOn = true
+		}
 		// Even a member we dropped learns the moves it missed, so that it
 		// can verify its drop and join again.
 		n.relayProofs(p.Epoch)
@@ -687,6 +718,7 @@ func (n *Node) checkDuty(now time.Time, p *Packet, b []byte) (Refusal, verdict) 
 		case n.id == 0 || st.Epoch <= d.epoch:
 			return 0, verdictIgnore // an old move, relayed for a laggard
 		case st.Epoch > d.epoch+1:
+			n.noteAhead(now)
 			return RefusedEpochAhead, verdictRefuse
 		case p.Sender != d.holder || !n.signedBy(p.Sender, p, b):
 			return RefusedHandover, verdictRefuse
@@ -717,6 +749,7 @@ func (n *Node) checkDecision(now time.Time, p *Packet, b []byte) (Refusal, verdi
 	case p.Epoch < n.duty.epoch:
 		return RefusedStaleEpoch, verdictRefuse
 	case p.Epoch > n.duty.epoch:
+		n.noteAhead(now)
 		return RefusedEpochAhead, verdictRefuse
 	case p.Sender != n.duty.holder:
 		return RefusedNotHolder, verdictRefuse

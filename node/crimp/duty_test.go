@@ -257,10 +257,14 @@ func TestDutyRefusesFormerAndForgedDecisions(t *testing.T) {
 			}
 		}
 	}
-	c.clock.RunFor(200 * time.Millisecond)
+	// Long enough for a member that really were behind to give up.
+	c.clock.RunFor(3 * c.history)
 	for i := range c.members {
 		if h, e := c.holder(i); h != 2 || e != 2 {
 			t.Errorf("member %d: holder %d epoch %d after the attacks, want 2, 2", c.id(i), h, e)
+		}
+		if n := c.members[i].Metrics().GaveUp.Load(); n != 0 {
+			t.Errorf("member %d gave its membership up over a forged decision of a future epoch", c.id(i))
 		}
 		if n := c.droppedEvents(i, 3); n != 0 {
 			t.Errorf("member %d saw the victim dropped", c.id(i))
@@ -392,6 +396,36 @@ func TestDutyLaggardCatchesUp(t *testing.T) {
 	}
 	if c.members[2].Metrics().ProofsRelayed.Load()+c.members[1].Metrics().ProofsRelayed.Load() == 0 {
 		t.Fatal("no proof relayed")
+	}
+}
+
+// A member cut off while the duty moved more than maxProofs times cannot
+// verify the chain: it gives its membership up, joins again and agrees.
+func TestDutyFarLaggardJoinsAgain(t *testing.T) {
+	c := dutyCluster(t, 3)
+	c.net.Partition(side3(c, 0, 1, 2), side3(c, 3))
+	from := 0
+	for k := range maxProofs + 2 {
+		to := c.id((from + 1) % 3)
+		if !c.runUntil(time.Second, func() bool { return c.tryHandOver(from, to) == nil }) {
+			t.Fatalf("hand-over %d from member %d never leased", k, c.id(from))
+		}
+		from = (from + 1) % 3
+		c.clock.RunFor(60 * time.Millisecond)
+	}
+	c.net.Heal()
+	if !c.runUntil(10*time.Second, func() bool {
+		if c.id(3) == 0 && !c.joining(3) {
+			if err := c.members[3].Join(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c.id(3) != 0 && c.agree(c.indexes()...) && c.allKnow(c.indexes()...)
+	}) {
+		t.Fatal("the far laggard did not come back")
+	}
+	if c.members[3].Metrics().GaveUp.Load() != 1 {
+		t.Fatalf("gave up %d times", c.members[3].Metrics().GaveUp.Load())
 	}
 }
 

@@ -42,6 +42,7 @@ type Metrics struct {
 	Campaigns           atomic.Uint64 // duty mode: campaigns this member started
 	VotesCast           atomic.Uint64 // duty mode: votes for another member's campaign
 	ProofsRelayed       atomic.Uint64 // duty mode: hand-overs and takeovers multicast again for a laggard
+	GaveUp              atomic.Uint64 // duty mode: memberships given up for staying behind the group's epoch
 	refused             [numRefusals]atomic.Uint64
 	StateBuffered       atomic.Int64 // snapshot bytes the state server holds in memory now
 	StateBufferedPeak   atomic.Int64 // ... the most it ever held at once
@@ -207,6 +208,7 @@ func (m *Metrics) counters() []namedCounter {
 		{"campaigns", "Campaigns for the authority duty started.", &m.Campaigns},
 		{"votes_cast", "Votes cast for another member's campaign.", &m.VotesCast},
 		{"proofs_relayed", "Duty moves multicast again for a member behind.", &m.ProofsRelayed},
+		{"gave_up", "Memberships given up for staying behind the group's duty epoch.", &m.GaveUp},
 	}
 }
 
