@@ -45,8 +45,16 @@ with -authority-public-key. Every mirror must run the same world
 (-world-size, -seed). Clients (overworld play -mirror ws://HOST:PORT/ws, and
 bots) connect to -listen, which also serves /metrics, /healthz and /readyz.
 Characters load from and save to the account server (-account) with the
-players' own tokens. SIGTERM or Ctrl-C lets every player leave (saved) first.`, out)
-		authority := fs.Bool("authority", false, "start the game as the group's authority (exactly one mirror)")
+players' own tokens. SIGTERM or Ctrl-C lets every player leave (saved) first.
+
+With -authority-mode rotate the authority is not fixed: it is a duty that
+rotates among the mirrors with the rotating arbiter (paper 003), and passes
+to the others when its holder dies. Each mirror then signs what it decides
+while it holds the duty with a key of its own (made at start; no key flags),
+every mirror serves state transfers (-state-listen, -state-advertise), and
+-authority only marks the mirror that starts the game.`, out)
+		authority := fs.Bool("authority", false, "start the game as the group's authority (exactly one mirror; with -authority-mode rotate: the mirror that starts the game)")
+		authorityMode := fs.String("authority-mode", "fixed", "fixed (the -authority mirror keeps the authority) or rotate (the duty rotates among the mirrors)")
 		authorityKeyFile := fs.String("authority-key", "", "authority: its ed25519 signing key, PEM (default: mirror-authority.pem in -data-dir; created if missing)")
 		authorityPub := fs.String("authority-public-key", "", "the authority's public key, base64 (every mirror but the authority)")
 		transport := fs.String("crimp", "udp", "CRIMP transport: udp (IP multicast) or memory (a lone mirror, for trying it out)")
@@ -93,7 +101,19 @@ players' own tokens. SIGTERM or Ctrl-C lets every player leave (saved) first.`, 
 			AccountKey: pub, Characters: &mirror.AccountServer{URL: *accountURL, Key: pub, Game: g},
 			Logger: log,
 		}
-		if *authority {
+		switch *authorityMode {
+		case "fixed":
+		case "rotate":
+			cfg.Rotate = true
+			if *authorityKeyFile != "" || *authorityPub != "" {
+				return errors.New("-authority-mode rotate takes no -authority-key or -authority-public-key: each mirror signs with its own key")
+			}
+		default:
+			return fmt.Errorf("-authority-mode %q: want fixed or rotate", *authorityMode)
+		}
+		if cfg.Rotate {
+			// No shared key: each mirror's own, made by the server.
+		} else if *authority {
 			path := *authorityKeyFile
 			if path == "" {
 				path = filepath.Join(*dataDir, "mirror-authority.pem")
@@ -140,7 +160,7 @@ players' own tokens. SIGTERM or Ctrl-C lets every player leave (saved) first.`, 
 		default:
 			return fmt.Errorf("-crimp %q: want udp or memory", *transport)
 		}
-		if *authority && cfg.StateAdvertise == "" {
+		if (*authority || cfg.Rotate) && cfg.StateAdvertise == "" {
 			if host, _, _ := net.SplitHostPort(*stateListen); host == "" || host == "0.0.0.0" || host == "::" {
 				return errors.New("-state-advertise is required when -state-listen does not name one address")
 			}

@@ -37,8 +37,33 @@ type Config struct {
 	// taken from AuthorityKey.
 	AuthorityPublicKey ed25519.PublicKey
 	// MaxGroup bounds the number of members (self included); the authority
-	// denies joins beyond it. At most MaxMembers.
+	// denies joins beyond it. At most MaxMembers (MaxDutyGroup with Key).
 	MaxGroup int
+
+	// Key turns on duty mode (duty.go): the authority is then a duty that
+	// moves between members (HandOver, Campaign) rather than a fixed
+	// member, and each member signs with its own key what it decides while
+	// it holds the duty. Authority, AuthorityKey, AuthorityPublicKey and
+	// Peers must then be unset.
+	Key ed25519.PrivateKey
+	// GroupKey certifies the members' keys: a joiner's request must carry
+	// KeyCert, GroupKey's signature over its public key, and a joiner
+	// accepts an answer only from a holder whose key GroupKey certified (an
+	// operator's mirrors). Nil accepts any key (a LAN game without an
+	// operator: the joiner trusts the first answer to its own request).
+	GroupKey ed25519.PublicKey
+	// KeyCert is GroupKey's signature over Key's public key.
+	KeyCert []byte
+	// Founder starts the group holding the duty in epoch 1 (needs ID and
+	// Key); the other members join.
+	Founder bool
+	// LeaseTimeout: the holder decides (admits, drops, hands over) only
+	// while a majority of the members echoed one of its session packets
+	// sent within LeaseTimeout. TakeoverAfter: a member votes for a new
+	// holder only after hearing nothing from the holder that long; it
+	// must exceed LeaseTimeout so that a lease is over before a majority
+	// can vote it away. Defaults 3 and 4 SessionIntervals.
+	LeaseTimeout, TakeoverAfter time.Duration
 
 	// N is the loss detection threshold: a sequence number is declared lost
 	// once N packets with a higher sequence from the same sender arrived.
@@ -149,6 +174,10 @@ func (c Config) withDefaults() Config {
 	if c.DropAfter == 0 {
 		c.DropAfter = c.History * 3 / 4
 	}
+	if c.Key != nil {
+		setDur(&c.LeaseTimeout, 3*c.SessionInterval)
+		setDur(&c.TakeoverAfter, 4*c.SessionInterval)
+	}
 	if len(c.AuthorityKey) == ed25519.PrivateKeySize && c.AuthorityPublicKey == nil {
 		c.AuthorityPublicKey = c.AuthorityKey.Public().(ed25519.PublicKey)
 	}
@@ -173,6 +202,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("peer %d is zero, a duplicate or this member's ID %d", p, c.ID))
 		}
 		seen[p] = true
+	}
+	if c.Key != nil {
+		errs = append(errs, c.validateDuty()...)
+	} else if c.Founder || c.GroupKey != nil || c.KeyCert != nil || c.LeaseTimeout != 0 || c.TakeoverAfter != 0 {
+		errs = append(errs, errors.New("Founder, GroupKey, KeyCert, LeaseTimeout and TakeoverAfter need a Key (duty mode)"))
 	}
 	if c.Authority && c.ID == 0 {
 		errs = append(errs, errors.New("the authority needs a non-zero ID"))
@@ -231,4 +265,49 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("MaxJoinBackoff %v below JoinTimeout %v", c.MaxJoinBackoff, c.JoinTimeout))
 	}
 	return errors.Join(errs...)
+}
+
+// validateDuty checks the duty-mode fields.
+func (c Config) validateDuty() []error {
+	var errs []error
+	if len(c.Key) != ed25519.PrivateKeySize {
+		return []error{fmt.Errorf("Key has %d bytes, want %d", len(c.Key), ed25519.PrivateKeySize)}
+	}
+	if c.Authority || c.AuthorityKey != nil || c.AuthorityPublicKey != nil || len(c.Peers) > 0 {
+		errs = append(errs, errors.New("a Key (duty mode) excludes Authority, AuthorityKey, AuthorityPublicKey and Peers"))
+	}
+	if c.Founder != (c.ID != 0) {
+		errs = append(errs, fmt.Errorf("ID %d: the founder needs an ID, the others get theirs when they join", c.ID))
+	}
+	if c.MaxGroup > MaxDutyGroup {
+		errs = append(errs, fmt.Errorf("MaxGroup %d over MaxDutyGroup %d", c.MaxGroup, MaxDutyGroup))
+	}
+	pub := c.Key.Public().(ed25519.PublicKey)
+	switch {
+	case c.GroupKey != nil && len(c.GroupKey) != ed25519.PublicKeySize:
+		errs = append(errs, fmt.Errorf("GroupKey has %d bytes, want %d", len(c.GroupKey), ed25519.PublicKeySize))
+	case c.GroupKey != nil && (len(c.KeyCert) != CertSize || !ed25519.Verify(c.GroupKey, pub, c.KeyCert)):
+		errs = append(errs, errors.New("KeyCert is not GroupKey's certificate of Key"))
+	case c.GroupKey == nil && c.KeyCert != nil && len(c.KeyCert) != CertSize:
+		errs = append(errs, fmt.Errorf("KeyCert has %d bytes, want %d", len(c.KeyCert), CertSize))
+	}
+	if c.LeaseTimeout <= c.SessionInterval || c.TakeoverAfter <= c.LeaseTimeout {
+		errs = append(errs, fmt.Errorf("want SessionInterval %v < LeaseTimeout %v < TakeoverAfter %v, or leases lapse between sessions or overlap a takeover",
+			c.SessionInterval, c.LeaseTimeout, c.TakeoverAfter))
+	}
+	if c.LeaseTimeout >= c.DropAfter {
+		errs = append(errs, fmt.Errorf("LeaseTimeout %v must be below DropAfter %v, or a holder cut off from the majority drops it before its lease ends",
+			c.LeaseTimeout, c.DropAfter))
+	}
+	if size := establishSize(c.MaxGroup, len(c.StateAddr)); size > MaxPacketSize {
+		errs = append(errs, fmt.Errorf("an establishment for MaxGroup %d with a %d-byte StateAddr takes %d bytes, over %d",
+			c.MaxGroup, len(c.StateAddr), size, MaxPacketSize))
+	}
+	return errs
+}
+
+// establishSize is the largest establishment a duty-mode holder sends in a
+// group of maxGroup with a state address of addr bytes.
+func establishSize(maxGroup, addr int) int {
+	return headerSize + 8 + 4 + 8 + 3*1 + 2*KeySize + CertSize + 1 + addr + 1 + (maxGroup-1)*(4+1+KeySize) + SignatureSize
 }

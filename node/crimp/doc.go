@@ -51,7 +51,18 @@
 // serves at most MaxConns joiners at once, buffers at most MaxBuffered
 // snapshot bytes across them, and frees the slot of a request that does not
 // arrive within RequestTimeout. Every refusal is counted by reason
-// (Metrics.Refused, crimp_refused_total{reason}). Sender IDs on data,
+// (Metrics.Refused, crimp_refused_total{reason}).
+//
+// The authority may also be a duty that moves (duty mode, Config.Key; see
+// duty.go): each member has its own key, bound to its ID by the signed
+// establishment; the holder of the duty signs its decisions with its own
+// key and stamps them with the duty epoch; the duty moves by a hand-over
+// the holder signs (carrying the AuthorityState: members and keys, next ID,
+// recent drops) or by a takeover carrying the signed votes of a majority;
+// members accept decisions only from their epoch's holder, and a holder
+// decides only while a majority leases it, so that a partition side without
+// the duty admits and drops nothing. Package node/duty moves the duty with
+// the rotating arbiter (game/arbiter). Sender IDs on data,
 // request, repair and session packets are the sender's own claim, not
 // authenticated by CRIMP: a member can still send data in another's name.
 //

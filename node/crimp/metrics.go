@@ -36,6 +36,13 @@ type Metrics struct {
 	BadPackets          atomic.Uint64 // undecodable or invalid packets
 	MembersJoined       atomic.Uint64 // members admitted (authority) or learned
 	MembersDropped      atomic.Uint64 // members dropped (declared by the authority)
+	Withheld            atomic.Uint64 // duty mode: joins the holder left unanswered for want of a lease
+	HandOvers           atomic.Uint64 // duty mode: hand-overs this member sent
+	Takeovers           atomic.Uint64 // duty mode: takeovers this member won
+	Campaigns           atomic.Uint64 // duty mode: campaigns this member started
+	VotesCast           atomic.Uint64 // duty mode: votes for another member's campaign
+	ProofsRelayed       atomic.Uint64 // duty mode: hand-overs and takeovers multicast again for a laggard
+	GaveUp              atomic.Uint64 // duty mode: memberships given up for staying behind the group's epoch
 	refused             [numRefusals]atomic.Uint64
 	StateBuffered       atomic.Int64 // snapshot bytes the state server holds in memory now
 	StateBufferedPeak   atomic.Int64 // ... the most it ever held at once
@@ -70,12 +77,36 @@ const (
 	// RefusedStateRequest: a state-transfer request that was malformed or
 	// did not arrive within the request timeout.
 	RefusedStateRequest
+	// RefusedStaleEpoch (duty mode): a decision of an epoch this member
+	// has left: a former holder's.
+	RefusedStaleEpoch
+	// RefusedEpochAhead (duty mode): a decision or hand-over of an epoch
+	// this member cannot verify yet (it missed the moves before).
+	RefusedEpochAhead
+	// RefusedNotHolder (duty mode): a decision from a member that does not
+	// hold the duty in its epoch.
+	RefusedNotHolder
+	// RefusedHandover (duty mode): a hand-over not signed by the holder.
+	RefusedHandover
+	// RefusedTakeover (duty mode): a takeover without a majority of valid
+	// votes or without its candidate's signature.
+	RefusedTakeover
+	// RefusedVote (duty mode): a vote not signed by its voter.
+	RefusedVote
+	// RefusedJoinKey (duty mode): a join request without a key, or with a
+	// key GroupKey did not certify.
+	RefusedJoinKey
+	// RefusedJoinAnswer (duty mode): an answer to this joiner's request
+	// not signed by a certified holder.
+	RefusedJoinAnswer
 	numRefusals
 )
 
 var refusalNames = [numRefusals]string{
 	"drop_not_authority", "establish_not_authority", "deny_not_authority", "stale_membership",
 	"state_conns", "state_memory", "state_request",
+	"stale_epoch", "epoch_ahead", "not_holder", "handover_not_holder", "takeover_no_majority", "forged_vote",
+	"join_key", "join_answer_not_certified",
 }
 
 func (r Refusal) String() string {
@@ -171,6 +202,13 @@ func (m *Metrics) counters() []namedCounter {
 		{"bad_packets", "Undecodable or invalid packets received.", &m.BadPackets},
 		{"members_joined", "Members admitted or learned.", &m.MembersJoined},
 		{"members_dropped", "Members dropped.", &m.MembersDropped},
+		{"joins_withheld", "Joins the duty holder left unanswered for want of a lease.", &m.Withheld},
+		{"handovers", "Hand-overs of the authority duty sent.", &m.HandOvers},
+		{"takeovers", "Takeovers of the authority duty won.", &m.Takeovers},
+		{"campaigns", "Campaigns for the authority duty started.", &m.Campaigns},
+		{"votes_cast", "Votes cast for another member's campaign.", &m.VotesCast},
+		{"proofs_relayed", "Duty moves multicast again for a member behind.", &m.ProofsRelayed},
+		{"gave_up", "Memberships given up for staying behind the group's duty epoch.", &m.GaveUp},
 	}
 }
 

@@ -65,10 +65,13 @@ const (
 	EventMemberDropped
 	// EventDropped: the authority dropped this member; it must join again.
 	EventDropped
+	// EventDuty: the authority duty moved (duty mode): Member holds it
+	// from Epoch on, this member if Member is its own ID.
+	EventDuty
 )
 
 func (k EventKind) String() string {
-	return [...]string{"invalid", "joined", "denied", "member-joined", "member-dropped", "dropped"}[min(int(k), 5)]
+	return [...]string{"invalid", "joined", "denied", "member-joined", "member-dropped", "dropped", "duty"}[min(int(k), 6)]
 }
 
 // Event reports a membership change.
@@ -77,6 +80,7 @@ type Event struct {
 	Member    MemberID
 	StateAddr string
 	Reason    DenyReason
+	Epoch     uint64 // EventJoined, EventDuty: the duty epoch (duty mode)
 }
 
 // Ready is what one call into the Node produced: packets to multicast (in
@@ -136,6 +140,8 @@ type Node struct {
 	nextID   MemberID // authority: next ID to assign
 	dropSent map[MemberID]time.Time
 
+	duty dutyState // duty mode (Config.Key): who holds the authority
+
 	out Ready
 }
 
@@ -161,6 +167,10 @@ type source struct {
 	addr      netip.AddrPort
 	lastHeard time.Time
 	nonce     uint64 // authority: the nonce it joined with
+
+	epoch    uint64 // duty mode: the epoch its last session showed
+	follows  bool   // ... and whether it follows that epoch's holder
+	echoOfMe int64  // ... and the time (our clock) of our last session it had heard
 
 	delay       time.Duration // one-way delay estimate
 	measured    bool
@@ -222,6 +232,7 @@ func New(cfg Config, rng *rand.Rand) (*Node, error) {
 		s.started, s.settled, s.floor = true, true, 1
 		n.nextID = max(n.nextID, p+1)
 	}
+	n.initDuty()
 	return n, nil
 }
 
@@ -313,7 +324,7 @@ func (n *Node) Join(now time.Time) (Ready, error) {
 	if n.id != 0 {
 		return Ready{}, fmt.Errorf("crimp join: already member %d", n.id)
 	}
-	if n.cfg.AuthorityPublicKey == nil {
+	if n.cfg.AuthorityPublicKey == nil && n.cfg.Key == nil {
 		return Ready{}, errors.New("crimp join: no AuthorityPublicKey to check the authority's answer with")
 	}
 	n.advance(now)
@@ -332,14 +343,23 @@ func (n *Node) Step(now time.Time, from netip.AddrPort, b []byte) (Ready, error)
 		n.metrics.BadPackets.Add(1)
 		return Ready{}, fmt.Errorf("crimp packet from %v: %w", from, err)
 	}
-	if AuthoritySigned(p.Kind) {
+	if n.cfg.Key != nil {
+		switch r, v := n.checkDuty(now, p, b); v {
+		case verdictRefuse:
+			n.metrics.Refuse(r)
+			return Ready{}, fmt.Errorf("crimp %s from %v: %w: %s", p.Kind, from, ErrRefused, r)
+		case verdictIgnore:
+			n.advance(now)
+			return n.ready(), nil
+		}
+	} else if AuthoritySigned(p.Kind) {
 		if r, ok := n.checkAuthority(now, p, b); !ok {
 			n.metrics.Refuse(r)
 			return Ready{}, fmt.Errorf("crimp %s from %v: %w: %s", p.Kind, from, ErrRefused, r)
 		}
 	}
 	n.advance(now)
-	n.handle(from, p)
+	n.handle(from, p, b)
 	return n.ready(), nil
 }
 
@@ -363,7 +383,7 @@ func (n *Node) checkAuthority(now time.Time, p *Packet, b []byte) (Refusal, bool
 	return 0, true
 }
 
-func (n *Node) handle(from netip.AddrPort, p *Packet) {
+func (n *Node) handle(from netip.AddrPort, p *Packet, raw []byte) {
 	if p.Sender == n.id && n.id != 0 {
 		return // our own packet looped back
 	}
@@ -384,15 +404,20 @@ func (n *Node) handle(from netip.AddrPort, p *Packet) {
 	if n.id == 0 {
 		return // not a member yet: the group's traffic is not ours
 	}
+	if n.cfg.Key != nil && n.handleDuty(p, raw) {
+		return
+	}
 	if _, dead := n.tombstones[p.Sender]; dead {
 		n.redrop(p.Sender)
 		return
 	}
 	src := n.sources[p.Sender]
 	if src == nil {
-		if n.cfg.Authority {
+		if n.holds() {
 			// The authority knows every member; an unknown one must join.
-			n.drop(p.Sender)
+			if n.mayDecide() {
+				n.drop(p.Sender)
+			}
 			return
 		}
 		if src = n.learn(p.Sender); src == nil {
@@ -445,10 +470,12 @@ func (n *Node) advance(now time.Time) {
 	}
 	if !n.now.Before(n.nextSess) && n.id != 0 {
 		n.sendSession()
+		n.sendRefresh()
 	}
 	if n.joining && !n.now.Before(n.joinNext) {
 		n.sendJoin()
 	}
+	n.dutyTimers()
 }
 
 // expire empties the interval that has just fallen out of the history:
@@ -485,9 +512,11 @@ func (n *Node) membership() {
 		s := n.sources[id]
 		silent := n.now.Sub(s.lastHeard)
 		switch {
-		case n.cfg.Authority && silent > n.cfg.DropAfter:
-			n.drop(id)
-		case !n.cfg.Authority && silent > 2*n.cfg.History:
+		case n.holds() && silent > n.cfg.DropAfter:
+			if n.mayDecide() {
+				n.drop(id)
+			}
+		case !n.holds() && silent > 2*n.cfg.History:
 			n.removeSource(s)
 		}
 	}
@@ -797,10 +826,12 @@ func (n *Node) onRepair(from *source, p *Packet) {
 
 func (n *Node) onSession(s *source, p *Packet) {
 	s.echoTime, s.echoHeardAt = p.Time, n.now
+	s.epoch, s.follows = p.Epoch, p.Follows
 	for _, e := range p.Echoes {
 		if e.Peer != n.id {
 			continue
 		}
+		s.echoOfMe = e.Time
 		rtt := n.now.Sub(time.Unix(0, e.Time)) - time.Duration(e.HoldMicros)*time.Microsecond
 		if rtt < 0 || rtt > 10*time.Second {
 			break
@@ -839,7 +870,7 @@ func (n *Node) onSession(s *source, p *Packet) {
 
 func (n *Node) sendSession() {
 	n.nextSess = n.now.Add(n.cfg.SessionInterval)
-	p := &Packet{Kind: KindSession, NextSeq: n.nextSeq, OldestSeq: min(n.ownOldest, n.nextSeq)}
+	p := &Packet{Kind: KindSession, NextSeq: n.nextSeq, OldestSeq: min(n.ownOldest, n.nextSeq), Epoch: n.duty.epoch, Follows: n.follows(), KeysSum: n.keysSum()}
 	for _, id := range n.Members() {
 		s := n.sources[id]
 		if s.echoTime == 0 {
@@ -853,23 +884,37 @@ func (n *Node) sendSession() {
 }
 
 func (n *Node) sendJoin() {
-	n.emit(&Packet{Kind: KindRequestJoin, Nonce: n.nonce})
+	p := &Packet{Kind: KindRequestJoin, Nonce: n.nonce}
+	if n.cfg.Key != nil {
+		p.Key, p.Cert = n.cfg.Key.Public().(ed25519.PublicKey), n.cfg.KeyCert
+	}
+	n.emit(p)
 	n.joinNext = n.now.Add(n.joinRTO)
 	n.joinRTO = min(2*n.joinRTO, n.cfg.MaxJoinBackoff)
 }
 
 func (n *Node) onRequestJoin(p *Packet) {
-	if !n.cfg.Authority {
+	if !n.holds() {
 		return
 	}
 	for _, id := range n.Members() {
 		if s := n.sources[id]; s.nonce == p.Nonce {
-			n.establish(s) // our answer was lost: repeat it
+			// Our answer was lost: repeat it. Not a new decision, so no
+			// lease needed (the member already counts in the majority).
+			n.establish(s)
 			return
 		}
 	}
+	if !n.mayDecide() {
+		n.metrics.Withheld.Add(1) // no lease: the joiner retries
+		return
+	}
+	if n.cfg.Key != nil && !n.certified(p.Key, p.Cert) {
+		n.metrics.Refuse(RefusedJoinKey)
+		return
+	}
 	if n.groupSize() >= n.cfg.MaxGroup {
-		n.emit(&Packet{Kind: KindDeny, Nonce: p.Nonce, Reason: DenyFull})
+		n.emit(n.decision(&Packet{Kind: KindDeny, Nonce: p.Nonce, Reason: DenyFull}))
 		return
 	}
 	// An ID some peer already used without being admitted was dropped and
@@ -882,11 +927,23 @@ func (n *Node) onRequestJoin(p *Packet) {
 	s := n.addSource(id)
 	s.nonce = p.Nonce
 	s.started, s.settled, s.floor = true, true, 1
+	if n.cfg.Key != nil {
+		n.duty.keys[id] = ed25519.PublicKey(p.Key)
+		// Members that lose this establishment learn the key from the
+		// next refresh: make it soon.
+		if soon := n.now.Add(n.cfg.SessionInterval); soon.Before(n.duty.refreshAt) {
+			n.duty.refreshAt = soon
+		}
+	}
 	n.establish(s)
 	n.out.Events = append(n.out.Events, Event{Kind: EventMemberJoined, Member: id})
 }
 
 func (n *Node) establish(s *source) {
+	if n.cfg.Key != nil {
+		n.emit(n.dutyEstablish(s))
+		return
+	}
 	var others []MemberID
 	for _, id := range n.Members() {
 		if id != s.id {
@@ -906,10 +963,19 @@ func (n *Node) onEstablish(p *Packet) {
 			n.learn(m)
 		}
 		n.nextSess = n.now // announce ourselves at once
-		n.out.Events = append(n.out.Events, Event{Kind: EventJoined, Member: n.id, StateAddr: p.StateAddr})
+		if n.cfg.Key != nil {
+			n.joinedDuty(p)
+		}
+		n.out.Events = append(n.out.Events, Event{Kind: EventJoined, Member: n.id, StateAddr: p.StateAddr, Epoch: n.duty.epoch})
 		return
 	}
-	if n.id == 0 || p.Member == n.id || n.sources[p.Member] != nil {
+	if n.id == 0 || p.Member == n.id {
+		return
+	}
+	if n.cfg.Key != nil {
+		n.learnKey(p.Member, p.Key)
+	}
+	if n.sources[p.Member] != nil {
 		return
 	}
 	if s := n.learn(p.Member); s != nil {
@@ -942,17 +1008,18 @@ func (n *Node) drop(id MemberID) {
 	}
 	n.tombstones[id] = n.now
 	n.dropSent[id] = n.now
-	n.emit(&Packet{Kind: KindDrop, Member: id})
+	delete(n.duty.keys, id)
+	n.emit(n.decision(&Packet{Kind: KindDrop, Member: id}))
 }
 
 // redrop repeats a drop to a dropped member that still talks (it may have
 // missed the first), at most once per JoinTimeout.
 func (n *Node) redrop(id MemberID) {
-	if !n.cfg.Authority || n.now.Sub(n.dropSent[id]) < n.cfg.JoinTimeout {
+	if !n.mayDecide() || n.now.Sub(n.dropSent[id]) < n.cfg.JoinTimeout {
 		return
 	}
 	n.dropSent[id] = n.now
-	n.emit(&Packet{Kind: KindDrop, Member: id})
+	n.emit(n.decision(&Packet{Kind: KindDrop, Member: id}))
 }
 
 func (n *Node) onDrop(id MemberID) {
@@ -965,8 +1032,10 @@ func (n *Node) onDrop(id MemberID) {
 		}
 		clear(n.cache)
 		n.fecRing = nil
+		n.resetDuty()
 		return
 	}
+	delete(n.duty.keys, id)
 	if s := n.sources[id]; s != nil {
 		n.removeSource(s)
 		n.metrics.MembersDropped.Add(1)
@@ -992,7 +1061,7 @@ func (n *Node) emit(p *Packet) {
 	if signed {
 		// Only the authority takes membership decisions, and Validate
 		// made sure it has the key.
-		copy(b[len(b)-SignatureSize:], ed25519.Sign(n.cfg.AuthorityKey, SignedPart(b)))
+		copy(b[len(b)-SignatureSize:], ed25519.Sign(n.signingKey(), SignedPart(b)))
 	}
 	n.out.Packets = append(n.out.Packets, b)
 }
@@ -1009,6 +1078,9 @@ func (n *Node) ready() Ready {
 	}
 	if n.joining && n.joinNext.Before(next) {
 		next = n.joinNext
+	}
+	if c := n.duty.campaign; c != nil && c.next.Before(next) {
+		next = c.next
 	}
 	r.NextTick = next
 	return r

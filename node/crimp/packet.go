@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // The wire format is a fixed little binary layout rather than protobuf: CRIMP
@@ -21,22 +22,35 @@ import (
 //	data         seq u32 | len u16 | payload | nfec u8 | nfec × (seq u32 | sentAt i64 | len u16 | payload)
 //	request      source u32 | seq u32
 //	repair       source u32 | seq u32 | sentAt i64 | len u16 | payload
-//	session      nextSeq u32 | oldestSeq u32 | n u8 | n × (peer u32 | time i64 | hold µs u32)
-//	request-join nonce u64
-//	establish    nonce u64 | member u32 | addrLen u8 | addr | n u8 | n × member u32 | signature
-//	deny         nonce u64 | reason u8 | signature
-//	drop         member u32 | signature
+//	session      nextSeq u32 | oldestSeq u32 | epoch u64 | follows u8 | keys u64 | n u8 | n × (peer u32 | time i64 | hold µs u32)
+//	request-join nonce u64 | key | cert
+//	establish    nonce u64 | member u32 | epoch u64 | key | holderKey | cert | addrLen u8 | addr | n u8 | n × (member u32 | key) | signature
+//	deny         nonce u64 | reason u8 | epoch u64 | holderKey | cert | signature
+//	drop         member u32 | epoch u64 | signature
+//	handover     len u16 | authority state (AuthorityState.MarshalBinary) | signature
+//	vote         epoch u64 | candidate u32 | vote signature
+//	takeover     epoch u64 | nextID u32 | n u8 | n × (voter u32 | vote signature) | signature
+//
+// where key and holderKey are len u8 (0 or 32) | ed25519 public key, and
+// cert is len u8 (0 or 64) | the group key's signature over the key.
 //
 // The membership decisions (establish, deny, drop) are the authority's alone:
 // each ends with the authority's ed25519 signature (64 bytes) over every
 // byte before it, header included, so no other member can forge or alter
-// one. The Node checks it (Config.AuthorityPublicKey); Decode only takes it.
+// one. With a fixed authority the Node checks it with
+// Config.AuthorityPublicKey; when the authority is a duty that moves (see
+// duty.go) the decisions also carry the duty epoch and are signed with the
+// key of the member holding the duty in that epoch, and so are the
+// hand-over (signed by the holder that gives the duty up) and the takeover
+// (signed by the new holder, carrying the votes of a majority, each signed
+// by its voter). Decode only takes the signatures.
 //
 // A packet must be consumed exactly: trailing bytes are an error.
 
 // Version is the wire format version carried in every packet's first byte.
-// Version 2 added the authority's signature to establish, deny and drop.
-const Version = 2
+// Version 2 added the authority's signature to establish, deny and drop;
+// version 3 the duty epoch, member keys, hand-over, vote and takeover.
+const Version = 3
 
 // SignatureSize is the length of the authority's signature on membership
 // packets.
@@ -56,6 +70,10 @@ const (
 	MaxMembers = 64
 	// maxAddrLen bounds the state-transfer address in an establishment.
 	maxAddrLen = 255
+	// KeySize is the length of a member's ed25519 public key on the wire;
+	// CertSize that of the group key's certificate of it.
+	KeySize  = ed25519.PublicKeySize
+	CertSize = ed25519.SignatureSize
 
 	headerSize = 14
 )
@@ -76,10 +94,14 @@ const (
 	KindEstablish
 	KindDeny
 	KindDrop
+	KindHandover
+	KindVote
+	KindTakeover
 	kindEnd
 )
 
-var kindNames = [...]string{"invalid", "data", "request", "repair", "session", "request-join", "establish", "deny", "drop"}
+var kindNames = [...]string{"invalid", "data", "request", "repair", "session", "request-join", "establish", "deny", "drop",
+	"handover", "vote", "takeover"}
 
 func (k Kind) String() string {
 	if k < kindEnd {
@@ -147,15 +169,44 @@ type Packet struct {
 	Members   []MemberID // establish: the members the newcomer should know
 	Reason    DenyReason // deny
 
-	// Signature is the authority's signature over the encoded packet
-	// before it (establish, deny, drop): SignatureSize bytes.
+	// Duty mode (see duty.go).
+	Epoch     uint64          // session, establish, deny, drop, vote, takeover: the duty epoch
+	Follows   bool            // session: the sender follows the holder of Epoch (has not voted it out)
+	KeysSum   uint64          // session: a digest of the member keys the sender knows
+	Key       []byte          // request-join: the joiner's public key; establish: the new member's
+	HolderKey []byte          // establish, deny: the holder's public key (for a joiner)
+	Cert      []byte          // request-join: the joiner's certificate; establish, deny: the holder's
+	Keys      [][]byte        // establish: the keys of Members, in order
+	Authority *AuthorityState // handover: the duty state the next holder takes
+	NextID    MemberID        // takeover: the next ID the new holder assigns
+	VoteSig   []byte          // vote: the voter's signature of VoteMessage(Epoch, Member)
+	Votes     []Vote          // takeover: the majority's votes for the sender
+
+	// Signature is the signature of the member holding the authority over
+	// the encoded packet before it (establish, deny, drop, handover,
+	// takeover): SignatureSize bytes.
 	Signature []byte
 }
 
+// Vote is one member's signed vote in a takeover.
+type Vote struct {
+	Voter MemberID
+	Sig   []byte
+}
+
 // AuthoritySigned reports whether packets of kind k carry the authority's
-// signature: the membership decisions only the authority may take.
+// signature: the membership decisions only the authority may take, and the
+// moves of the duty itself.
 func AuthoritySigned(k Kind) bool {
-	return k == KindEstablish || k == KindDeny || k == KindDrop
+	return k == KindEstablish || k == KindDeny || k == KindDrop || k == KindHandover || k == KindTakeover
+}
+
+// VoteMessage is what a voter signs: its vote for candidate to hold the
+// duty in epoch.
+func VoteMessage(epoch uint64, candidate MemberID) []byte {
+	b := append([]byte(nil), "crimp-vote"...)
+	b = binary.BigEndian.AppendUint64(b, epoch)
+	return binary.BigEndian.AppendUint32(b, uint32(candidate))
 }
 
 // SignedPart is the part of an encoded authority-signed packet that its
@@ -219,6 +270,14 @@ func Decode(b []byte) (*Packet, error) {
 		p.Payload = r.bytes16(MaxPayload)
 	case KindSession:
 		p.NextSeq, p.OldestSeq = r.u32(), r.u32()
+		p.Epoch = r.u64()
+		switch f := r.u8(); {
+		case f > 1 && r.err == nil:
+			return nil, fmt.Errorf("%w: session flags %d", ErrMalformed, f)
+		case f == 1:
+			p.Follows = true
+		}
+		p.KeysSum = r.u64()
 		n := int(r.u8())
 		if r.err == nil && n > MaxMembers {
 			return nil, fmt.Errorf("%w: %d echoes, limit %d", ErrMalformed, n, MaxMembers)
@@ -228,8 +287,10 @@ func Decode(b []byte) (*Packet, error) {
 		}
 	case KindRequestJoin:
 		p.Nonce = r.u64()
+		p.Key, p.Cert = r.sized(KeySize), r.sized(CertSize)
 	case KindEstablish:
-		p.Nonce, p.Member = r.u64(), MemberID(r.u32())
+		p.Nonce, p.Member, p.Epoch = r.u64(), MemberID(r.u32()), r.u64()
+		p.Key, p.HolderKey, p.Cert = r.sized(KeySize), r.sized(KeySize), r.sized(CertSize)
 		p.StateAddr = string(r.bytes8())
 		n := int(r.u8())
 		if r.err == nil && n > MaxMembers {
@@ -237,11 +298,42 @@ func Decode(b []byte) (*Packet, error) {
 		}
 		for i := 0; i < n && r.err == nil; i++ {
 			p.Members = append(p.Members, MemberID(r.u32()))
+			p.Keys = append(p.Keys, r.sized(KeySize))
+		}
+		if !slices.ContainsFunc(p.Keys, func(k []byte) bool { return k != nil }) {
+			p.Keys = nil // a fixed authority's group has no member keys
 		}
 	case KindDeny:
-		p.Nonce, p.Reason = r.u64(), DenyReason(r.u8())
+		p.Nonce, p.Reason, p.Epoch = r.u64(), DenyReason(r.u8()), r.u64()
+		p.HolderKey, p.Cert = r.sized(KeySize), r.sized(CertSize)
 	case KindDrop:
-		p.Member = MemberID(r.u32())
+		p.Member, p.Epoch = MemberID(r.u32()), r.u64()
+	case KindHandover:
+		if st := r.bytes16(maxAuthorityStateSize); r.err == nil {
+			a, err := UnmarshalAuthorityState(st)
+			if err != nil {
+				return nil, fmt.Errorf("%w: handover: %w", ErrMalformed, err)
+			}
+			p.Authority = &a
+		}
+	case KindVote:
+		p.Epoch, p.Member = r.u64(), MemberID(r.u32())
+		if sig := r.take(SignatureSize); sig != nil {
+			p.VoteSig = append([]byte(nil), sig...)
+		}
+	case KindTakeover:
+		p.Epoch, p.NextID = r.u64(), MemberID(r.u32())
+		n := int(r.u8())
+		if r.err == nil && n > MaxDutyGroup {
+			return nil, fmt.Errorf("%w: %d votes, limit %d", ErrMalformed, n, MaxDutyGroup)
+		}
+		for i := 0; i < n && r.err == nil; i++ {
+			v := Vote{Voter: MemberID(r.u32())}
+			if sig := r.take(SignatureSize); sig != nil {
+				v.Sig = append([]byte(nil), sig...)
+			}
+			p.Votes = append(p.Votes, v)
+		}
 	}
 	if AuthoritySigned(kind) {
 		if sig := r.take(SignatureSize); sig != nil {
@@ -288,23 +380,89 @@ func (p *Packet) validate() error {
 		if p.NextSeq == 0 || p.OldestSeq == 0 || p.OldestSeq > p.NextSeq {
 			return bad("oldest %d next %d", p.OldestSeq, p.NextSeq)
 		}
+	case KindRequestJoin:
+		if err := checkKeyCert(p.Key, p.Cert); err != nil {
+			return bad("%v", err)
+		}
 	case KindEstablish:
 		if p.Member == 0 {
 			return bad("member 0")
 		}
-		for _, m := range p.Members {
+		if len(p.Keys) != 0 && len(p.Keys) != len(p.Members) {
+			return bad("%d keys for %d members", len(p.Keys), len(p.Members))
+		}
+		for i, m := range p.Members {
 			if m == 0 || m == p.Member {
 				return bad("member list holds %d", m)
 			}
+			if l := len(p.keyOf(i)); l != 0 && l != KeySize {
+				return bad("key of %d bytes", l)
+			}
+		}
+		if l := len(p.Key); l != 0 && l != KeySize {
+			return bad("key of %d bytes", l)
+		}
+		if err := checkKeyCert(p.HolderKey, p.Cert); err != nil {
+			return bad("%v", err)
 		}
 	case KindDeny:
 		if p.Reason == 0 {
 			return bad("reason 0")
 		}
+		if err := checkKeyCert(p.HolderKey, p.Cert); err != nil {
+			return bad("%v", err)
+		}
 	case KindDrop:
 		if p.Member == 0 {
 			return bad("member 0")
 		}
+	case KindHandover:
+		if p.Authority == nil {
+			return bad("no authority state")
+		}
+		if err := p.Authority.Validate(); err != nil {
+			return bad("%v", err)
+		}
+	case KindVote:
+		if p.Epoch == 0 || p.Member == 0 || len(p.VoteSig) != SignatureSize {
+			return bad("epoch %d candidate %d with a %d-byte signature", p.Epoch, p.Member, len(p.VoteSig))
+		}
+	case KindTakeover:
+		if p.Epoch == 0 || p.NextID == 0 || len(p.Votes) == 0 || len(p.Votes) > MaxDutyGroup {
+			return bad("epoch %d next ID %d with %d votes", p.Epoch, p.NextID, len(p.Votes))
+		}
+		for i, v := range p.Votes {
+			if v.Voter == 0 || len(v.Sig) != SignatureSize || i > 0 && v.Voter <= p.Votes[i-1].Voter {
+				return bad("vote %d of member %d (votes must be ascending, signed)", i, v.Voter)
+			}
+		}
+	}
+	if p.Kind != KindSession && p.Follows {
+		return bad("follows flag")
+	}
+	return nil
+}
+
+// keyOf is the key of the i-th of an establishment's Members (nil when the
+// group has no member keys).
+func (p *Packet) keyOf(i int) []byte {
+	if i < len(p.Keys) {
+		return p.Keys[i]
+	}
+	return nil
+}
+
+// checkKeyCert checks the sizes of a key and its certificate: a key is
+// absent or KeySize bytes, a certificate absent or CertSize bytes, and no
+// certificate without a key.
+func checkKeyCert(key, cert []byte) error {
+	switch {
+	case len(key) != 0 && len(key) != KeySize:
+		return fmt.Errorf("key of %d bytes", len(key))
+	case len(cert) != 0 && len(cert) != CertSize:
+		return fmt.Errorf("certificate of %d bytes", len(cert))
+	case len(cert) != 0 && len(key) == 0:
+		return errors.New("certificate without a key")
 	}
 	return nil
 }
@@ -353,6 +511,9 @@ func (p *Packet) Encode(dst []byte) ([]byte, error) {
 	case KindSession:
 		dst = binary.BigEndian.AppendUint32(dst, p.NextSeq)
 		dst = binary.BigEndian.AppendUint32(dst, p.OldestSeq)
+		dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
+		dst = append(dst, boolByte(p.Follows))
+		dst = binary.BigEndian.AppendUint64(dst, p.KeysSum)
 		dst = append(dst, byte(len(p.Echoes)))
 		for _, e := range p.Echoes {
 			dst = binary.BigEndian.AppendUint32(dst, uint32(e.Peer))
@@ -361,20 +522,44 @@ func (p *Packet) Encode(dst []byte) ([]byte, error) {
 		}
 	case KindRequestJoin:
 		dst = binary.BigEndian.AppendUint64(dst, p.Nonce)
+		dst = appendBytes8(appendBytes8(dst, p.Key), p.Cert)
 	case KindEstablish:
 		dst = binary.BigEndian.AppendUint64(dst, p.Nonce)
 		dst = binary.BigEndian.AppendUint32(dst, uint32(p.Member))
-		dst = append(dst, byte(len(p.StateAddr)))
-		dst = append(dst, p.StateAddr...)
+		dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
+		dst = appendBytes8(appendBytes8(appendBytes8(dst, p.Key), p.HolderKey), p.Cert)
+		dst = appendBytes8(dst, []byte(p.StateAddr))
 		dst = append(dst, byte(len(p.Members)))
-		for _, m := range p.Members {
+		for i, m := range p.Members {
 			dst = binary.BigEndian.AppendUint32(dst, uint32(m))
+			dst = appendBytes8(dst, p.keyOf(i))
 		}
 	case KindDeny:
 		dst = binary.BigEndian.AppendUint64(dst, p.Nonce)
 		dst = append(dst, byte(p.Reason))
+		dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
+		dst = appendBytes8(appendBytes8(dst, p.HolderKey), p.Cert)
 	case KindDrop:
 		dst = binary.BigEndian.AppendUint32(dst, uint32(p.Member))
+		dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
+	case KindHandover:
+		st, err := p.Authority.MarshalBinary()
+		if err != nil {
+			return dst[:start], fmt.Errorf("%w: handover: %w", ErrMalformed, err)
+		}
+		dst = appendBytes16(dst, st)
+	case KindVote:
+		dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
+		dst = binary.BigEndian.AppendUint32(dst, uint32(p.Member))
+		dst = append(dst, p.VoteSig...)
+	case KindTakeover:
+		dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
+		dst = binary.BigEndian.AppendUint32(dst, uint32(p.NextID))
+		dst = append(dst, byte(len(p.Votes)))
+		for _, v := range p.Votes {
+			dst = binary.BigEndian.AppendUint32(dst, uint32(v.Voter))
+			dst = append(dst, v.Sig...)
+		}
 	}
 	dst = append(dst, p.Signature...)
 	if len(dst)-start > MaxPacketSize {
@@ -391,6 +576,20 @@ func dataSize(payload int, fec []Redundant) int {
 		n += 4 + 8 + 2 + len(red.Payload)
 	}
 	return n
+}
+
+// appendBytes8 appends b with a one-byte length; callers keep b within 255
+// bytes (validate checks keys and certificates, Encode the address).
+func appendBytes8(dst, b []byte) []byte {
+	dst = append(dst, byte(len(b)))
+	return append(dst, b...)
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func appendBytes16(dst, b []byte) []byte {
@@ -448,6 +647,24 @@ func (r *reader) bytes16(limit int) []byte {
 	n := int(binary.BigEndian.Uint16(l))
 	if n > limit {
 		r.err = fmt.Errorf("%w: length %d, limit %d", ErrTooLarge, n, limit)
+		return nil
+	}
+	s := r.take(n)
+	if s == nil {
+		return nil
+	}
+	return append([]byte(nil), s...)
+}
+
+// sized reads a one-byte length that must be 0 or size, and that many
+// bytes (nil when 0).
+func (r *reader) sized(size int) []byte {
+	n := int(r.u8())
+	if r.err == nil && n != 0 && n != size {
+		r.err = fmt.Errorf("%w: field of %d bytes, want 0 or %d", ErrMalformed, n, size)
+		return nil
+	}
+	if n == 0 {
 		return nil
 	}
 	s := r.take(n)

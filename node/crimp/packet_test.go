@@ -2,6 +2,7 @@ package crimp
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"errors"
 	"math/rand"
 	"net/netip"
@@ -29,7 +30,22 @@ func samplePackets() []*Packet {
 		{Kind: KindEstablish, Sender: 1, Time: 11, Nonce: 5, Member: 7, StateAddr: "10.0.0.1:7000", Members: []MemberID{1, 2}, Signature: testSignature},
 		{Kind: KindDeny, Sender: 1, Time: 12, Nonce: 5, Reason: DenyFull, Signature: testSignature},
 		{Kind: KindDrop, Sender: 1, Time: 13, Member: 7, Signature: testSignature},
+		{Kind: KindSession, Sender: 4, Time: 9, NextSeq: 1, OldestSeq: 1, Epoch: 3, Follows: true},
+		{Kind: KindRequestJoin, Sender: 0, Time: 10, Nonce: 7, Key: testKey(1), Cert: testSignature},
+		{Kind: KindEstablish, Sender: 2, Time: 11, Nonce: 5, Member: 7, Epoch: 4, Key: testKey(7), HolderKey: testKey(2), Cert: testSignature,
+			StateAddr: "10.0.0.2:7000", Members: []MemberID{1, 3}, Keys: [][]byte{testKey(1), testKey(3)}, Signature: testSignature},
+		{Kind: KindDeny, Sender: 2, Time: 12, Nonce: 5, Reason: DenyFull, Epoch: 4, HolderKey: testKey(2), Signature: testSignature},
+		{Kind: KindDrop, Sender: 2, Time: 13, Member: 7, Epoch: 4, Signature: testSignature},
+		{Kind: KindHandover, Sender: 2, Time: 14, Authority: &AuthorityState{Epoch: 5, Holder: 3, NextID: 9,
+			Members: []MemberKey{{1, testKey(1)}, {3, testKey(3)}}, Dropped: []MemberID{2, 8}}, Signature: testSignature},
+		{Kind: KindVote, Sender: 3, Time: 15, Epoch: 6, Member: 3, VoteSig: testSignature},
+		{Kind: KindTakeover, Sender: 3, Time: 16, Epoch: 6, NextID: 9, Votes: []Vote{{1, testSignature}, {3, testSignature}}, Signature: testSignature},
 	}
+}
+
+// testKey is a public key for member i in packet samples.
+func testKey(i byte) []byte {
+	return ed25519.NewKeyFromSeed(bytes.Repeat([]byte{i}, ed25519.SeedSize)).Public().(ed25519.PublicKey)
 }
 
 func TestPacketRoundTrip(t *testing.T) {

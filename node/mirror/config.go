@@ -10,8 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/game/arbiter"
 	"github.com/overworld-p2p/overworld/game/tss"
 	"github.com/overworld-p2p/overworld/node/crimp"
+	"github.com/overworld-p2p/overworld/node/duty"
 )
 
 // Config configures a mirror server. Zero fields take the defaults noted;
@@ -25,6 +27,26 @@ type Config struct {
 	// state transfers and releases the players of dropped mirrors. The
 	// authority has CRIMP member ID 1; the others join through it.
 	Authority bool
+	// Rotate makes the authority a duty that rotates among the mirrors
+	// with the rotating arbiter (node/duty) instead of staying on the
+	// mirror that started the game: CRIMP runs in duty mode, each mirror
+	// signs with its own MemberKey what it decides while it holds the duty
+	// (admissions, drops, releases, reference checkpoints, state
+	// transfers), every mirror serves state transfers, and when the holder
+	// dies the others take the duty over. Authority then marks the mirror
+	// that starts the game; AuthorityKey and AuthorityPublicKey stay unset.
+	Rotate bool
+	// MemberKey is this mirror's own signing key in rotate mode (default:
+	// a fresh one at Start).
+	MemberKey ed25519.PrivateKey
+	// Arbiter configures the rotating arbiter (rotate mode; zero fields
+	// take its defaults).
+	Arbiter arbiter.Config
+	// Announce, in rotate mode, makes the mirror holding the duty announce
+	// the game on Discovery (a LAN without a master server: overworld
+	// lan). Players, Holder and Epoch are filled in.
+	Announce  *duty.Announcement
+	Discovery crimp.Transport
 	// Delays are the synchronizer's delays (default 0, 50 ms, 150 ms).
 	// Only the authority's count: a joining mirror takes the group's from
 	// the state transfer.
@@ -176,6 +198,15 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("delays: %w", err))
 	}
 	switch {
+	case c.Rotate && (c.AuthorityKey != nil || c.AuthorityPublicKey != nil):
+		errs = append(errs, errors.New("rotate mode takes no AuthorityKey or AuthorityPublicKey: each mirror signs with its own MemberKey"))
+	case c.Rotate && c.MemberKey != nil && len(c.MemberKey) != ed25519.PrivateKeySize:
+		errs = append(errs, fmt.Errorf("MemberKey of %d bytes, want %d", len(c.MemberKey), ed25519.PrivateKeySize))
+	case !c.Rotate && (c.Announce != nil || c.Discovery != nil):
+		errs = append(errs, errors.New("Announce and Discovery need Rotate: only a rotating group is found without a master"))
+	case c.Rotate:
+	case !c.Rotate && c.MemberKey != nil:
+		errs = append(errs, errors.New("MemberKey without Rotate: a fixed authority signs with AuthorityKey"))
 	case c.Authority && len(c.AuthorityKey) != ed25519.PrivateKeySize:
 		errs = append(errs, fmt.Errorf("the authority needs an ed25519 AuthorityKey (%d bytes), got %d bytes", ed25519.PrivateKeySize, len(c.AuthorityKey)))
 	case !c.Authority && c.AuthorityKey != nil:

@@ -52,6 +52,16 @@
 // which after ReleaseAfter releases (takes out of the world) the players
 // still on it; players who reconnect to another mirror before that keep
 // their character as the world has it (the new mirror's join moves them).
+// Rotate mode (Config.Rotate): the authority is not fixed on member 1 but
+// a duty that moves with the rotating arbiter (node/duty over CRIMP's duty
+// mode): whoever holds it admits, drops, releases and serves the reference
+// hashes, signing with its own key, which CRIMP bound to its ID; every
+// mirror serves state transfers (a joiner fetches from the holder that
+// admitted it, a resync from the holder whose checkpoints name its
+// address), and when the holder dies a majority takes the duty over. The
+// state then accepts releases from any mirror (AnyAuthority): each mirror
+// checks at ingress that the holder signed them, keeping one that arrives
+// before the move of the duty it follows for up to a history.
 // Characters are saved from the last trailing state only: every SaveEvery
 // and when a player leaves (read at the tick before the leave, so the save
 // holds everything up to it).

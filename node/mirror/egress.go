@@ -202,7 +202,8 @@ func (s *Server) status() *mirrorpb.MirrorStatus {
 		CheckpointTick: s.cps.lastCompared, Agreed: s.m.checkpointsAgreed.Load(), Mismatched: s.m.checkpointsMismatched.Load(),
 		Resyncs: s.m.resyncs.Load(), TooLate: s.tssm.TooLate.Load(),
 	}
-	s.member.Inspect(func(n *crimp.Node) {
+	st.Authority = uint32(s.holderID())
+	s.member.crimp(func(n *crimp.Node) {
 		for _, id := range n.Members() {
 			st.Members = append(st.Members, uint32(id))
 		}

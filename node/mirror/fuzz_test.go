@@ -87,6 +87,9 @@ func FuzzDecodePeerMessage(f *testing.F) {
 	cp := checkpointMessage(tss.Checkpoint{Tick: 30, Hash: [32]byte{1}})
 	f.Add(encode(cp))
 	f.Add(signedPeerMessage(fuzzAuthority, cp))
+	withAddr := checkpointMessage(tss.Checkpoint{Tick: 60, Hash: [32]byte{2}})
+	withAddr.GetCheckpoint().StateAddr = "10.0.0.1:8651" // rotate mode: the holder's state address
+	f.Add(signedPeerMessage(fuzzAuthority, withAddr))
 	rm, _ := commandMessage(release)
 	f.Add(signedPeerMessage(fuzzAuthority, rm))
 	pub := fuzzAuthority.Public().(ed25519.PublicKey)
@@ -97,6 +100,9 @@ func FuzzDecodePeerMessage(f *testing.F) {
 		}
 		if (m.command == nil) == (m.checkpoint == nil) {
 			t.Fatal("not exactly one of command and checkpoint")
+		}
+		if len(m.stateAddr) > 255 {
+			t.Fatalf("a %d-byte state address decoded", len(m.stateAddr))
 		}
 		if m.signed && m.command != nil && m.command.Release == 0 {
 			t.Fatal("a signed plain command decoded")

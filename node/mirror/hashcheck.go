@@ -97,8 +97,12 @@ func (s *Server) ownCheckpoint(cp tss.Checkpoint) {
 		}
 	}
 	switch {
-	case s.cfg.Authority:
-		s.send(signedPeerMessage(s.cfg.AuthorityKey, checkpointMessage(cp)))
+	case s.isHolder():
+		m := checkpointMessage(cp)
+		if s.cfg.Rotate {
+			m.GetCheckpoint().StateAddr = s.ownStateAddr
+		}
+		s.send(signedPeerMessage(s.signingKey(), m))
 	case s.joined && s.id != 0:
 		s.send(encode(checkpointMessage(cp)))
 	}
@@ -149,9 +153,14 @@ func (s *Server) compare(peer crimp.MemberID, tick uint64, own, theirs [32]byte)
 	s.log.Error("state hash mismatch", "tick", tick, "peer", peer,
 		"ours", hex.EncodeToString(own[:8]), "theirs", hex.EncodeToString(theirs[:8]))
 	s.dump(tick, peer, own, theirs)
-	if uint32(peer) == s.authority && !s.cfg.Authority && !s.resyncing &&
+	if peer == s.holderID() && !s.isHolder() && !s.resyncing &&
 		(s.lastSync.IsZero() || s.clock.Now().Sub(s.lastSync) >= resyncCooldown) {
 		s.log.Warn("our last state differs from the authority's: resyncing", "tick", tick)
+		if s.cfg.Rotate && s.holderAddr.addr != "" {
+			// From the mirror holding the duty now, not the one that
+			// admitted us (it may be gone).
+			s.stateAddr, s.stateFrom = s.holderAddr.addr, s.holderAddr.id
+		}
 		s.fetch(true)
 	}
 }

@@ -3,6 +3,7 @@ package mirror
 import (
 	"cmp"
 	"context"
+	"crypto/ed25519"
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/tss"
 	"github.com/overworld-p2p/overworld/node/crimp"
+	"github.com/overworld-p2p/overworld/node/duty"
 )
 
 // synchronizer is the mirror's TSS.
@@ -52,7 +54,7 @@ type Server struct {
 	tssm  *tss.Metrics
 	skew  *skewEstimator
 
-	member  *crimp.Member
+	member  groupMember
 	stateLn net.Listener
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -62,7 +64,17 @@ type Server struct {
 	closed    bool
 	id        crimp.MemberID
 	authority uint32
-	stateAddr string // the authority's state-transfer address
+	stateAddr string         // the authority's state-transfer address
+	stateFrom crimp.MemberID // ... the mirror that serves it (the holder that admitted us)
+	// Rotate mode: this mirror's own state-transfer address, the holder's
+	// (from its signed checkpoints), and the signed releases and
+	// checkpoints of mirrors not yet known to hold the duty.
+	ownStateAddr string
+	holderAddr   struct {
+		id   crimp.MemberID
+		addr string
+	}
+	parked    []parkedDelivery
 	sync      *synchronizer
 	seq       uint64
 	post      []func()
@@ -133,16 +145,36 @@ func (s *Server) Start() error {
 	cc := s.cfg.CRIMP
 	cc.Peers, cc.ID, cc.Authority = nil, 0, false
 	cc.AuthorityKey, cc.AuthorityPublicKey = nil, s.cfg.AuthorityPublicKey
-	if s.cfg.Authority {
+	if s.cfg.Rotate {
+		cc.AuthorityPublicKey = nil
+		if s.cfg.MemberKey == nil {
+			_, k, err := ed25519.GenerateKey(crand.Reader)
+			if err != nil {
+				return fmt.Errorf("mirror member key: %w", err)
+			}
+			s.cfg.MemberKey = k
+		}
+		cc.Key, cc.Founder = s.cfg.MemberKey, s.cfg.Authority
+		cc.MaxGroup = min(max(cc.MaxGroup, 0), crimp.MaxDutyGroup)
+	}
+	if s.cfg.Authority || s.cfg.Rotate {
+		// In rotate mode every mirror may come to hold the duty, and
+		// serves the state to the mirrors it admits.
 		ln, err := net.Listen("tcp", s.cfg.StateListen)
 		if err != nil {
 			return fmt.Errorf("mirror state transfer: %w", err)
 		}
 		s.stateLn = ln
-		cc.ID, cc.Authority, cc.AuthorityKey = authorityID, true, s.cfg.AuthorityKey
 		cc.StateAddr = s.cfg.StateAdvertise
 		if cc.StateAddr == "" {
 			cc.StateAddr = ln.Addr().String()
+		}
+		s.ownStateAddr = cc.StateAddr
+	}
+	if s.cfg.Authority {
+		cc.ID = authorityID
+		if !s.cfg.Rotate {
+			cc.Authority, cc.AuthorityKey = true, s.cfg.AuthorityKey
 		}
 	}
 	seed := s.cfg.Seed
@@ -151,47 +183,81 @@ func (s *Server) Start() error {
 		_, _ = crand.Read(b[:])
 		seed = int64(binary.BigEndian.Uint64(b[:]))
 	}
-	node, err := crimp.New(cc, rand.New(rand.NewSource(seed)))
-	if err != nil {
-		if s.stateLn != nil {
-			s.stateLn.Close()
-		}
-		return fmt.Errorf("mirror: %w", err)
-	}
 	tr := &skewTransport{Transport: s.cfg.Transport, clock: s.clock, est: s.skew}
-	s.member = crimp.NewMember(node, tr, s.clock, crimp.MemberOptions{
-		OnDeliver: s.onDeliver, OnEvent: s.onEvent, Logger: s.log.With("part", "crimp"),
-	})
+	var cm *crimp.Metrics
+	if s.cfg.Rotate {
+		node, err := duty.New(duty.Config{CRIMP: cc, Arbiter: s.cfg.Arbiter, Seed: seed, Announce: s.cfg.Announce})
+		if err != nil {
+			if s.stateLn != nil {
+				s.stateLn.Close()
+			}
+			return fmt.Errorf("mirror: %w", err)
+		}
+		cm = node.CRIMP().Metrics()
+		s.member = rotateMember{duty.NewMember(node, tr, s.clock, duty.MemberOptions{
+			OnDeliver: s.onDeliver,
+			OnEvent: func(e duty.Event) {
+				if e.CRIMP != nil {
+					s.onEvent(*e.CRIMP)
+				}
+			},
+			Discovery: s.cfg.Discovery,
+			Logger:    s.log.With("part", "duty"),
+		})}
+		if s.cfg.Registerer != nil {
+			if err := s.cfg.Registerer.Register(node.Metrics().Collector(nil)); err != nil {
+				return fmt.Errorf("mirror duty metrics: %w", err)
+			}
+		}
+	} else {
+		node, err := crimp.New(cc, rand.New(rand.NewSource(seed)))
+		if err != nil {
+			if s.stateLn != nil {
+				s.stateLn.Close()
+			}
+			return fmt.Errorf("mirror: %w", err)
+		}
+		cm = node.Metrics()
+		s.member = fixedMember{crimp.NewMember(node, tr, s.clock, crimp.MemberOptions{
+			OnDeliver: s.onDeliver, OnEvent: s.onEvent, Logger: s.log.With("part", "crimp"),
+		})}
+	}
 	if s.cfg.Registerer != nil {
-		if err := s.cfg.Registerer.Register(node.Metrics().Collector(nil)); err != nil {
+		if err := s.cfg.Registerer.Register(cm.Collector(nil)); err != nil {
 			return fmt.Errorf("mirror crimp metrics: %w", err)
 		}
 	}
 	if s.cfg.Authority {
 		now := s.clock.Now()
 		s.mu.Lock()
-		s.id, s.authority, s.joined = 1, 1, true
-		s.skew.self.Store(1)
+		s.id, s.authority, s.joined = authorityID, uint32(authorityID), true
+		s.skew.self.Store(uint32(authorityID))
 		w, err := game.NewWorld(s.cfg.Game)
 		if err != nil {
 			s.mu.Unlock()
 			return err
 		}
 		epoch := now.Truncate(time.Millisecond).UnixNano()
-		if err := s.startSync(s.cfg.tssConfig(epoch), NewState(w, 1)); err != nil {
+		stateAuthority := uint32(authorityID)
+		if s.cfg.Rotate {
+			stateAuthority = AnyAuthority
+		}
+		if err := s.startSync(s.cfg.tssConfig(epoch), NewState(w, stateAuthority)); err != nil {
 			s.mu.Unlock()
 			return err
 		}
 		s.mu.Unlock()
+		s.log.Info("mirror started the game", "rotate", s.cfg.Rotate, "epoch", time.Unix(0, epoch).UTC(), "delays", s.cfg.Delays, "state", cc.StateAddr)
+	}
+	if s.stateLn != nil {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			sc := crimp.StateServerConfig{Snapshot: s.serveState, Metrics: node.Metrics(), Logger: s.log.With("part", "state")}
+			sc := crimp.StateServerConfig{Snapshot: s.serveState, Metrics: cm, Logger: s.log.With("part", "state")}
 			if err := crimp.ServeState(s.ctx, s.stateLn, sc); err != nil {
 				s.log.Error("state transfer server stopped", "err", err)
 			}
 		}()
-		s.log.Info("mirror started the game as authority", "epoch", time.Unix(0, epoch).UTC(), "delays", s.cfg.Delays, "state", cc.StateAddr)
 	}
 	if err := s.member.Start(); err != nil {
 		return fmt.Errorf("mirror: %w", err)
@@ -351,6 +417,9 @@ func (s *Server) onTimer() {
 			return
 		}
 		now := s.clock.Now()
+		if len(s.parked) > 0 {
+			s.expireParked()
+		}
 		if s.sync != nil {
 			s.flushHeld(now)
 			s.tickTo(now)
@@ -499,7 +568,7 @@ func (s *Server) issue(cmd Command, now time.Time) {
 		return
 	}
 	if cmd.Release != 0 {
-		s.send(signedPeerMessage(s.cfg.AuthorityKey, pm)) // only the authority releases
+		s.send(signedPeerMessage(s.signingKey(), pm)) // only the authority releases
 	} else {
 		s.send(encode(pm))
 	}
@@ -531,47 +600,69 @@ func (s *Server) onDeliver(d crimp.Delivery) {
 		if s.closed {
 			return
 		}
-		msg, err := decodePeerMessage(d.Payload, s.cfg.AuthorityPublicKey)
-		if errors.Is(err, errBadAuthoritySignature) {
-			s.m.refuse(refusedAuthoritySignature)
-			s.log.Warn("a message in the authority's name without its signature", "from", d.Source)
-			return
-		}
-		if err != nil {
-			s.m.refuse(refusedPayload)
-			s.log.Debug("undecodable payload", "from", d.Source, "err", err)
-			return
-		}
-		fromAuthority := d.Source == authorityID
-		if msg.checkpoint != nil && msg.signed != fromAuthority || msg.command != nil && msg.command.Release != 0 && !(msg.signed && fromAuthority) {
-			// Releases and the authority's checkpoints are signed by it;
-			// no other mirror takes those decisions (or replays them).
-			s.m.refuse(refusedAuthorityUnsigned)
-			s.log.Warn("a release or an authority checkpoint not signed by the authority, or signed but not sent by it", "from", d.Source, "signed", msg.signed)
-			return
-		}
-		if msg.checkpoint != nil {
-			s.peerCheckpoint(d.Source, *msg.checkpoint)
-			return
-		}
-		cmd := *msg.command
-		if cmd.Mirror != uint32(d.Source) {
-			s.m.refuse(refusedForged)
-			s.log.Warn("command claims another ingress than its sender", "from", d.Source, "claims", cmd.Mirror)
-			return
-		}
-		s.m.commandsReceived.Add(1)
-		now := s.clock.Now()
-		if s.sync == nil {
-			if len(s.buffered) >= maxBuffered {
-				s.m.refuse(refusedBuffer)
-				return
-			}
-			s.buffered = append(s.buffered, cmd)
-			return
-		}
-		s.deliver(cmd, now)
+		s.deliverPeer(d)
 	})
+}
+
+// deliverPeer handles a CRIMP payload from another mirror (lock held).
+func (s *Server) deliverPeer(d crimp.Delivery) {
+	holder := s.holderID()
+	key := s.keyOf(holder)
+	if s.cfg.Rotate {
+		// The sender's own key: a signature binds a decision to the
+		// mirror that took it, holder now or (parked) soon.
+		key = s.keyOf(d.Source)
+	}
+	msg, err := decodePeerMessage(d.Payload, key)
+	if errors.Is(err, errBadAuthoritySignature) {
+		s.m.refuse(refusedAuthoritySignature)
+		s.log.Warn("a message in the authority's name without its signature", "from", d.Source)
+		return
+	}
+	if err != nil {
+		s.m.refuse(refusedPayload)
+		s.log.Debug("undecodable payload", "from", d.Source, "err", err)
+		return
+	}
+	fromAuthority := d.Source == holder
+	if s.cfg.Rotate && msg.signed && !fromAuthority {
+		// Signed by its sender, which we do not know to hold the duty
+		// yet: CRIMP is unordered, and the move of the duty may still
+		// be on its way. Check again when the duty moves.
+		s.park(d)
+		return
+	}
+	if fromAuthority && msg.checkpoint != nil && msg.stateAddr != "" {
+		s.holderAddr.id, s.holderAddr.addr = d.Source, msg.stateAddr
+	}
+	if msg.checkpoint != nil && msg.signed != fromAuthority || msg.command != nil && msg.command.Release != 0 && !(msg.signed && fromAuthority) {
+		// Releases and the authority's checkpoints are signed by it;
+		// no other mirror takes those decisions (or replays them).
+		s.m.refuse(refusedAuthorityUnsigned)
+		s.log.Warn("a release or an authority checkpoint not signed by the authority, or signed but not sent by it", "from", d.Source, "signed", msg.signed)
+		return
+	}
+	if msg.checkpoint != nil {
+		s.peerCheckpoint(d.Source, *msg.checkpoint)
+		return
+	}
+	cmd := *msg.command
+	if cmd.Mirror != uint32(d.Source) {
+		s.m.refuse(refusedForged)
+		s.log.Warn("command claims another ingress than its sender", "from", d.Source, "claims", cmd.Mirror)
+		return
+	}
+	s.m.commandsReceived.Add(1)
+	now := s.clock.Now()
+	if s.sync == nil {
+		if len(s.buffered) >= maxBuffered {
+			s.m.refuse(refusedBuffer)
+			return
+		}
+		s.buffered = append(s.buffered, cmd)
+		return
+	}
+	s.deliver(cmd, now)
 }
 
 // deliver files a command from another mirror (or a transfer) at now.
@@ -600,11 +691,15 @@ func (s *Server) onEvent(e crimp.Event) {
 		switch e.Kind {
 		case crimp.EventJoined:
 			s.id, s.joined, s.stateAddr = e.Member, true, e.StateAddr
+			s.stateFrom = s.holderID() // the holder that admitted us serves our state
 			s.skew.self.Store(uint32(e.Member))
 			s.log.Info("joined the mirror group; fetching the state", "id", e.Member, "state", e.StateAddr)
 			s.fetch(false)
 		case crimp.EventDenied:
 			s.log.Error("the authority refused this mirror", "reason", e.Reason)
+		case crimp.EventDuty:
+			s.log.Info("the authority duty moved", "holder", e.Member, "epoch", e.Epoch)
+			s.unpark()
 		case crimp.EventMemberJoined:
 			s.log.Info("mirror joined the group", "member", e.Member)
 			if t := s.releases[e.Member]; t != nil {
@@ -615,7 +710,9 @@ func (s *Server) onEvent(e crimp.Event) {
 			s.log.Warn("mirror dropped from the group", "member", e.Member)
 			s.skew.forget(e.Member)
 			s.cps.forget(e.Member)
-			if s.cfg.Authority {
+			if s.cfg.Authority || s.cfg.Rotate {
+				// In rotate mode every mirror keeps the timer: whoever
+				// holds the duty when it fires releases.
 				s.scheduleRelease(e.Member)
 			}
 		case crimp.EventDropped:
@@ -626,11 +723,13 @@ func (s *Server) onEvent(e crimp.Event) {
 			s.sync, s.joined, s.id, s.buffered, s.captures = nil, false, 0, nil, nil
 			s.skew.self.Store(0)
 			s.cps.init()
-			s.post = append(s.post, func() {
-				if err := s.member.Join(); err != nil {
-					s.log.Error("rejoin failed", "err", err)
-				}
-			})
+			if !s.cfg.Rotate { // in rotate mode node/duty joins again by itself
+				s.post = append(s.post, func() {
+					if err := s.member.Join(); err != nil {
+						s.log.Error("rejoin failed", "err", err)
+					}
+				})
+			}
 		}
 		s.updateReady()
 	})
@@ -645,7 +744,7 @@ func (s *Server) scheduleRelease(m crimp.MemberID) {
 	s.releases[m] = s.clock.AfterFunc(s.cfg.ReleaseAfter, func() {
 		s.locked(func() {
 			delete(s.releases, m)
-			if s.closed || s.sync == nil {
+			if s.closed || s.sync == nil || !s.isHolder() {
 				return
 			}
 			now := s.clock.Now()
@@ -668,7 +767,7 @@ func (s *Server) fetch(resync bool) {
 	if resync {
 		s.resyncing, s.lastSync = true, s.clock.Now()
 	}
-	gcfg, pub := s.cfg.Game, s.cfg.AuthorityPublicKey
+	gcfg, pub := s.cfg.Game, s.keyOf(s.stateFrom)
 	s.spawn(func() {
 		var t transfer
 		err := crimp.FetchState(s.ctx, addr, id, func(r io.Reader) error {
@@ -773,7 +872,7 @@ func (s *Server) serveState(ctx context.Context, member crimp.MemberID, w io.Wri
 	if err != nil {
 		return err
 	}
-	if b, err = signedTransfer(s.cfg.AuthorityKey, b); err != nil {
+	if b, err = signedTransfer(s.signingKey(), b); err != nil {
 		return err
 	}
 	s.log.Info("serving the state", "to", member, "tick", st.Tick(), "pending", len(pending), "bytes", len(b))
@@ -830,6 +929,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	if rm, ok := s.member.(rotateMember); ok {
+		// Hand the duty on before going, so the others need not wait out
+		// our silence and vote.
+		if err := rm.Leave(); err != nil {
+			s.log.Warn("leaving the rotating authority", "err", err)
+		}
+	}
 	return s.Close()
 }
 
@@ -852,7 +958,7 @@ func (s *Server) Metrics() Stats {
 	st.Saves, st.SavesFailed = s.m.saves.Load(), s.m.savesFailed.Load()
 	st.LeadingRollbacks = s.m.leadingRollbacks.Load()
 	if s.member != nil {
-		st.CRIMP = s.member.Metrics().Counters()
+		st.CRIMP = s.member.crimpMetrics().Counters()
 	}
 	for k, v := range s.confirmedRefusals() {
 		st.Refused[k] = v

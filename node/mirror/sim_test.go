@@ -178,7 +178,7 @@ func TestKilledMirrorPlayersReconnect(t *testing.T) {
 	c.mirrors[2].Close()
 	dropped := func() bool {
 		var n int
-		c.mirrors[0].member.Inspect(func(nd *crimp.Node) { n = len(nd.Members()) })
+		c.mirrors[0].member.crimp(func(nd *crimp.Node) { n = len(nd.Members()) })
 		return n == 1
 	}
 	start := c.clock.Now()

@@ -227,6 +227,7 @@ func encode(m proto.Message) []byte {
 type peerMessage struct {
 	command    *Command
 	checkpoint *tss.Checkpoint
+	stateAddr  string // checkpoint: the holder's state-transfer address (rotate mode)
 	signed     bool
 }
 
@@ -281,10 +282,13 @@ func peerMessageFromProto(m *mirrorpb.PeerMessage) (peerMessage, error) {
 		if c == nil || len(c.Hash) != 32 || c.Tick == 0 {
 			return peerMessage{}, errors.New("checkpoint needs a tick and a 32-byte hash")
 		}
+		if len(c.StateAddr) > 255 {
+			return peerMessage{}, fmt.Errorf("checkpoint with a %d-byte state address", len(c.StateAddr))
+		}
 		var cp tss.Checkpoint
 		cp.Tick = c.Tick
 		copy(cp.Hash[:], c.Hash)
-		return peerMessage{checkpoint: &cp}, nil
+		return peerMessage{checkpoint: &cp, stateAddr: c.StateAddr}, nil
 	}
 	return peerMessage{}, errors.New("payload without a body")
 }
@@ -356,7 +360,7 @@ func decodeTransfer(b []byte, cfg game.Config) (transfer, error) {
 	if err != nil {
 		return transfer{}, fmt.Errorf("transfer state: %w", err)
 	}
-	if st.authority != m.Authority {
+	if st.authority != AnyAuthority && st.authority != m.Authority {
 		return transfer{}, fmt.Errorf("transfer from authority %d of a state whose authority is %d", m.Authority, st.authority)
 	}
 	if len(m.Pending) > maxTransferPending {

@@ -270,9 +270,12 @@ func (x *Release) GetDropped() uint32 {
 
 // Checkpoint is the hash of the sender's last trailing state after a tick.
 type Checkpoint struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tick          uint64                 `protobuf:"varint,1,opt,name=tick,proto3" json:"tick,omitempty"`
-	Hash          []byte                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"` // 32 bytes
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tick  uint64                 `protobuf:"varint,1,opt,name=tick,proto3" json:"tick,omitempty"`
+	Hash  []byte                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"` // 32 bytes
+	// state_addr: in rotate mode, the duty holder's state-transfer address
+	// (what a mirror whose state differs resyncs from); at most 255 bytes.
+	StateAddr     string `protobuf:"bytes,3,opt,name=state_addr,json=stateAddr,proto3" json:"state_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -319,6 +322,13 @@ func (x *Checkpoint) GetHash() []byte {
 		return x.Hash
 	}
 	return nil
+}
+
+func (x *Checkpoint) GetStateAddr() string {
+	if x != nil {
+		return x.StateAddr
+	}
+	return ""
 }
 
 // Owner says which mirror is a player's ingress.
@@ -583,11 +593,13 @@ const file_peer_proto_rawDesc = "" +
 	"\x05stamp\x18\x01 \x01(\x03R\x05stamp\x12\x16\n" +
 	"\x06mirror\x18\x02 \x01(\rR\x06mirror\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x18\n" +
-	"\adropped\x18\x04 \x01(\rR\adropped\"4\n" +
+	"\adropped\x18\x04 \x01(\rR\adropped\"S\n" +
 	"\n" +
 	"Checkpoint\x12\x12\n" +
 	"\x04tick\x18\x01 \x01(\x04R\x04tick\x12\x12\n" +
-	"\x04hash\x18\x02 \x01(\fR\x04hash\"7\n" +
+	"\x04hash\x18\x02 \x01(\fR\x04hash\x12\x1d\n" +
+	"\n" +
+	"state_addr\x18\x03 \x01(\tR\tstateAddr\"7\n" +
 	"\x05Owner\x12\x16\n" +
 	"\x06player\x18\x01 \x01(\tR\x06player\x12\x16\n" +
 	"\x06mirror\x18\x02 \x01(\rR\x06mirror\"\x8f\x01\n" +
