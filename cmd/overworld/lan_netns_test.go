@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/overworld-p2p/overworld/internal/netnstest"
+	"github.com/overworld-p2p/overworld/node/netnstest"
 )
 
 // TestLANNetns plays `overworld lan` as four players would on a LAN: each

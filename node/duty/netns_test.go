@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/overworld-p2p/overworld/game/arbiter"
-	"github.com/overworld-p2p/overworld/internal/netnstest"
+	"github.com/overworld-p2p/overworld/node/netnstest"
 	"github.com/overworld-p2p/overworld/node/crimp"
 )
 
