@@ -192,12 +192,17 @@ func TestWebSocketRestoreAndSave(t *testing.T) {
 		time.Sleep(time.Second / 30)
 	}
 	waitFor(t, 5*time.Second, "a status line", func() bool { return c.View().Status.Mirror == 2 })
-	time.Sleep(300 * time.Millisecond)
 	var moved game.Player
-	g.mirrors[0].Inspect(func(_, last *State) { moved, _ = last.World().Player(v.Player) })
-	if moved.Pos == pos {
-		t.Fatal("mirror 1's confirmed state does not show alice's walk")
-	}
+	// The walk is over once the confirmed (last trailing) state has caught
+	// up with the leading one and shows alice away from where she started.
+	waitFor(t, 10*time.Second, "mirror 1's confirmed state showing alice's whole walk", func() bool {
+		var lead game.Player
+		g.mirrors[0].Inspect(func(leading, last *State) {
+			lead, _ = leading.World().Player(v.Player)
+			moved, _ = last.World().Player(v.Player)
+		})
+		return moved.Pos != pos && moved.Pos == lead.Pos
+	})
 	if err := c.Close(); err != nil && !strings.Contains(err.Error(), "closed") {
 		t.Logf("close: %v", err)
 	}
@@ -209,9 +214,8 @@ func TestWebSocketRestoreAndSave(t *testing.T) {
 	if saved.X != int64(moved.Pos.X) || saved.Y != int64(moved.Pos.Y) || saved.Score != 7 || saved.Region == "" {
 		t.Fatalf("saved %+v, alice stood at %v", saved, moved.Pos)
 	}
-	if st := g.mirrors[1].Metrics(); st.Saves == 0 {
-		t.Fatal("the mirror counted no save")
-	}
+	// The account server answers before the mirror counts the save.
+	waitFor(t, 10*time.Second, "the mirror counting the save", func() bool { return g.mirrors[1].Metrics().Saves > 0 })
 	t.Logf("alice restored at %v, walked to %v, saved there (version %d, region %s)", pos, moved.Pos, saved.Version, saved.Region)
 }
 
