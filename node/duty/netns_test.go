@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/overworld-p2p/overworld/game/arbiter"
-	"github.com/overworld-p2p/overworld/node/netnstest"
 	"github.com/overworld-p2p/overworld/node/crimp"
+	"github.com/overworld-p2p/overworld/node/netnstest"
 )
 
 // The LAN test: four players, each its own process in its own network
