@@ -25,22 +25,21 @@ Serves the HTTP/JSON API under /v1 plus /metrics, /healthz and /readyz on
 -listen. Keeps its token-signing key in -data-dir (created, mode 0600) and
 prints the public key that peers verify tokens with. The store is SQLite in
 -data-dir unless -db names a postgres:// URL. SIGTERM drains and stops.`, out)
-		listen := fs.String("listen", "127.0.0.1:8640", "address for the API, /metrics and /healthz")
-		dataDir := fs.String("data-dir", defaultDataDir("accounts"), "directory for the signing key and the SQLite database")
-		db := fs.String("db", "", "database: empty for SQLite in -data-dir, sqlite:PATH, or postgres://user@host/db")
+		apiF := addAPIServerFlags(fs, "accounts", "127.0.0.1:8640", "directory for the signing key and the SQLite database")
 		adminToken := fs.String("admin-token", "", "credential for /v1/admin (prefer -admin-token-file or OVERWORLD_ADMIN_TOKEN; empty: admin API off)")
 		adminTokenFile := fs.String("admin-token-file", "", "file holding the admin credential")
-		tlsCert := fs.String("tls-cert", "", "TLS certificate file (with -tls-key: serve HTTPS)")
-		tlsKey := fs.String("tls-key", "", "TLS private key file")
 		tokenTTL := fs.Duration("token-ttl", 15*time.Minute, "lifetime of access tokens")
 		leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "lifetime of coordinator leases (holders renew every third)")
 		maxPeers := fs.Int("max-peers-per-account", 4, "peer IDs one account may hold live tokens for at once")
-		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		logF := addLogFlags(fs, "info")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := newLogger(os.Stderr, *level)
+		log, err := logF.logger()
 		if err != nil {
+			return err
+		}
+		if err := apiF.check(); err != nil {
 			return err
 		}
 		admin, err := readAdminToken(*adminToken, *adminTokenFile)
@@ -50,31 +49,27 @@ prints the public key that peers verify tokens with. The store is SQLite in
 		if admin == "" {
 			log.Warn("no admin token: the admin API (disable accounts, list sessions) is off")
 		}
-		key, err := accounts.LoadOrCreateKey(*dataDir)
+		key, err := accounts.LoadOrCreateKey(*apiF.dataDir)
 		if err != nil {
 			return err
 		}
-		store, err := accounts.OpenStore(ctx, *db, *dataDir)
+		store, err := accounts.OpenStore(ctx, *apiF.db, *apiF.dataDir)
 		if err != nil {
 			return err
 		}
 		defer store.Close()
 		srv, err := accounts.New(accounts.Config{
 			Key: key, AdminToken: admin, TokenTTL: *tokenTTL, LeaseTTL: *leaseTTL, MaxPeersPerAccount: *maxPeers,
-			TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, Logger: log, Registry: newProcessRegistry(),
+			TLSCertFile: *apiF.tlsCert, TLSKeyFile: *apiF.tlsKey, Logger: log, Registry: newProcessRegistry(),
 		}, store)
 		if err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", *listen)
+		ln, err := net.Listen("tcp", *apiF.listen)
 		if err != nil {
-			return fmt.Errorf("listen %s: %w", *listen, err)
+			return fmt.Errorf("listen %s: %w", *apiF.listen, err)
 		}
-		scheme := "http"
-		if *tlsCert != "" {
-			scheme = "https"
-		}
-		fmt.Fprintf(out, "account server on %s://%s (store: %s)\n", scheme, ln.Addr(), store.Dialect())
+		fmt.Fprintf(out, "account server on %s://%s (store: %s)\n", apiF.scheme(), ln.Addr(), store.Dialect())
 		fmt.Fprintf(out, "token public key (ed25519, base64): %s\n", token.EncodePublicKey(srv.PublicKey()))
 		return srv.Serve(ctx, ln)
 	}}

@@ -68,7 +68,7 @@ func runBenchCRIMP(ctx context.Context, args []string, out io.Writer) error {
 	realtime := fs.Bool("realtime", false, "run on the wall clock instead of simulated time (a full table takes minutes)")
 	fec := fs.Int("fec", d.FEC, "payloads piggybacked per packet in the FEC table (0: only the plain table)")
 	seed := fs.Int64("seed", d.Seed, "seed for losses, payloads and timer draws")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
+	jsonF := addJSONFlags(fs, "")
 	packets := fs.Int("packets", d.Packets, "packets per sender")
 	side := fs.Int("side", d.SideSize, "members on each side of the bridge")
 	history := fs.Duration("history", d.History, "CRIMP history length")
@@ -91,7 +91,7 @@ func runBenchCRIMP(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench crimp: %w", err)
 	}
-	if *asJSON {
+	if *jsonF.on {
 		return rep.WriteJSON(out)
 	}
 	rep.WriteText(out)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/overworld-p2p/overworld/bootstrap"
+	"github.com/overworld-p2p/overworld/cmd/overworld/internal/rungroup"
 )
 
 func bootstrapCommand() command {
@@ -19,46 +20,44 @@ Prints its full multiaddrs (with /p2p/<ID>) at start: hand those to players
 as -bootstrap. The identity comes from -key-file, so they stay valid across
 restarts.`, out)
 		keyFile := fs.String("key-file", defaultDataDir("bootstrap.key"), "identity key file (created, mode 0600, if missing)")
-		port := fs.Int("listen-port", 4001, "TCP and UDP (QUIC) port on every interface")
-		listen := fs.String("listen", "", "comma-separated listen multiaddrs (overrides -listen-port)")
+		listenF := addP2PListenFlags(fs, 4001)
 		peers := fs.String("peers", "", "comma-separated multiaddrs of other bootstrap nodes to join")
-		metrics := fs.String("metrics", "127.0.0.1:9100", "address for /metrics, /healthz and /readyz (empty: off)")
-		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		metricsF := addMetricsFlags(fs, "127.0.0.1:9100", "")
+		logF := addLogFlags(fs, "info")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := newLogger(os.Stderr, *level)
+		log, err := logF.logger()
 		if err != nil {
 			return err
 		}
-		if *listen == "" {
-			*listen = listenAddrsForPort("0.0.0.0", *port)
-		}
-		addrs, err := parseMultiaddrs(*listen)
+		addrs, err := listenF.addrs()
 		if err != nil {
-			return fmt.Errorf("-listen: %w", err)
+			return err
 		}
+		// Stop order (lifecycle.go): readiness, bootstrap node, metrics.
+		group := rungroup.New(log)
 		reg := newProcessRegistry()
-		ops, err := startOps(ctx, *metrics, reg, log)
+		ops, err := metricsF.start(reg, log)
 		if err != nil {
 			return err
 		}
+		group.Add(ops.service())
 		b, err := bootstrap.Start(ctx, bootstrap.Config{
 			KeyFile: *keyFile, ListenAddrs: addrs, Peers: splitList(*peers), Logger: log, Registerer: reg,
 		})
 		if err != nil {
+			group.Close()
 			return err
 		}
-		defer b.Close()
+		group.Add(rungroup.Service{Name: "bootstrap node", Stop: func() { b.Close() }})
+		group.Add(ops.readiness())
 		fmt.Fprintf(out, "bootstrap node %s listening on:\n", b.ID())
 		for _, a := range b.Addrs() {
 			fmt.Fprintf(out, "  %s\n", a)
 		}
 		ops.setReady(true)
-		<-ctx.Done()
-		ops.setReady(false)
-		log.Info("shutting down")
-		return nil
+		return group.Run(ctx)
 	}}
 }
 

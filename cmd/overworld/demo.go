@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
+	"github.com/overworld-p2p/overworld/cmd/overworld/internal/rungroup"
 	"github.com/overworld-p2p/overworld/game/demo"
 )
 
@@ -25,25 +25,25 @@ on its own port of 127.0.0.1, and prints the address of your page. Every
 player starts in the middle region. Ctrl-C saves the characters and stops.`, out)
 		bots := fs.Int("bots", 20, "number of bot players")
 		httpAddr := fs.String("http", "127.0.0.1:8080", "address of the web page (a free port is used if this one is taken)")
-		size := fs.String("world-size", "8x8", "world size in regions, WxH")
-		seed := fs.Uint64("seed", 1, "world seed")
+		shapeF := addWorldShapeFlags(fs, "8x8", "")
 		name := fs.String("name", "Wanderer", "your player's name")
 		dataDir := fs.String("data-dir", "", "directory for identities and the account database (default: a temporary one, removed at exit)")
 		noAccounts := fs.Bool("no-accounts", false, "run without the account server")
 		aggregate := fs.Bool("aggregate", false, "aggregated mode: players send their positions to the region's coordinator, which publishes one batch per interval (a player publishes directly while its coordinator does not answer)")
-		level := fs.String("log-level", "warn", "log level: debug, info, warn or error")
+		metricsF := addMetricsFlags(fs, "127.0.0.1:0", "")
+		logF := addLogFlags(fs, "warn")
 		mode := fs.String("mode", "p2p", "p2p (peers on the libp2p overlay) or mirror (three mirrors over in-memory CRIMP, bots on each)")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		w, h, err := parseWorldSize(*size)
+		g, err := shapeF.game()
 		if err != nil {
-			return fmt.Errorf("-world-size: %w", err)
+			return err
 		}
 		if *bots < 0 {
 			return fmt.Errorf("-bots %d: want 0 or more", *bots)
 		}
-		log, err := newLogger(os.Stderr, *level)
+		log, err := logF.logger()
 		if err != nil {
 			return err
 		}
@@ -51,37 +51,86 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		if n == 0 {
 			n = -1 // demo.Config: zero means the default
 		}
-		if *mode == "mirror" {
+		switch *mode {
+		case "p2p":
+		case "mirror":
 			if *aggregate {
 				return errors.New("-aggregate is position multicast's mode (-mode p2p); mirror mode has no region coordinators")
 			}
-			return runMirrorDemo(ctx, out, demo.Config{
-				Bots: n, HTTP: *httpAddr, RegionsX: w, RegionsY: h, Seed: *seed, Name: *name, DataDir: *dataDir, Logger: log,
-			})
-		} else if *mode != "p2p" {
+		default:
 			return fmt.Errorf("-mode %q: want p2p or mirror", *mode)
 		}
-		fmt.Fprintf(out, "starting %d bots and your player…\n", *bots)
-		d, err := demo.Start(ctx, demo.Config{
-			Bots: n, HTTP: *httpAddr, RegionsX: w, RegionsY: h, Seed: *seed, Name: *name,
-			DataDir: *dataDir, NoAccounts: *noAccounts, Aggregate: *aggregate, Logger: log,
-		})
+		// Stop order (lifecycle.go): readiness, the demo network (in
+		// game/demo's own order), metrics.
+		group := rungroup.New(log)
+		reg := newProcessRegistry()
+		ops, err := metricsF.start(reg, log)
 		if err != nil {
 			return err
 		}
-		defer d.Close()
-		if d.AccountsURL != "" {
-			fmt.Fprintf(out, "account server on %s\n", d.AccountsURL)
+		group.Add(ops.service())
+		cfg := demo.Config{
+			Bots: n, HTTP: *httpAddr, RegionsX: g.RegionsX, RegionsY: g.RegionsY, Seed: g.Seed, Name: *name,
+			DataDir: *dataDir, NoAccounts: *noAccounts, Aggregate: *aggregate, Logger: log, Registerer: reg,
 		}
-		fmt.Fprintf(out, "open %s in your browser (Ctrl-C stops)\n", d.URL)
-		select {
-		case <-ctx.Done():
-			fmt.Fprintln(out, "stopping the demo")
-			return nil
-		case err := <-d.Err():
+		var network demoNetwork
+		if *mode == "mirror" {
+			network, err = startMirrorDemo(ctx, out, cfg)
+		} else {
+			network, err = startP2PDemo(ctx, out, cfg)
+		}
+		if err != nil {
+			group.Close()
 			return err
 		}
+		group.Add(demoService(network, out))
+		group.Add(ops.readiness())
+		if u := ops.url(); u != "" {
+			fmt.Fprintf(out, "metrics of your player on %s\n", u)
+		}
+		ops.setReady(true)
+		return group.Run(ctx)
 	}}
+}
+
+// demoNetwork is a running demo of either mode.
+type demoNetwork interface {
+	Err() <-chan error
+	Close() error
+}
+
+// startP2PDemo is `demo -mode p2p`: it prints where the page is.
+func startP2PDemo(ctx context.Context, out io.Writer, cfg demo.Config) (demoNetwork, error) {
+	bots := max(cfg.Bots, 0)
+	fmt.Fprintf(out, "starting %d bots and your player…\n", bots)
+	d, err := demo.Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if d.AccountsURL != "" {
+		fmt.Fprintf(out, "account server on %s\n", d.AccountsURL)
+	}
+	fmt.Fprintf(out, "open %s in your browser (Ctrl-C stops)\n", d.URL)
+	return d, nil
+}
+
+// demoService runs a demo network until stopped (or until its page fails),
+// then closes it: the players save their characters first.
+func demoService(d demoNetwork, out io.Writer) rungroup.Service {
+	stop := make(chan struct{})
+	return rungroup.Service{
+		Name: "demo",
+		Run: func() error {
+			var err error
+			select {
+			case <-stop:
+			case err = <-d.Err():
+			}
+			fmt.Fprintln(out, "stopping the demo")
+			return errors.Join(err, d.Close())
+		},
+		Stop: func() { close(stop) },
+	}
 }
 
 // parseWorldSize reads "WxH".

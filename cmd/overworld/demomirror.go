@@ -9,22 +9,16 @@ import (
 	"github.com/overworld-p2p/overworld/game/demo"
 )
 
-// runMirrorDemo is `demo -mode mirror`.
-func runMirrorDemo(ctx context.Context, out io.Writer, cfg demo.Config) error {
+// startMirrorDemo is `demo -mode mirror`: it prints where the page and the
+// mirrors are.
+func startMirrorDemo(ctx context.Context, out io.Writer, cfg demo.Config) (demoNetwork, error) {
 	fmt.Fprintf(out, "starting the account server, %d mirrors, the bots and your player…\n", demo.MirrorMirrors)
 	d, err := demo.StartMirror(ctx, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer d.Close()
 	fmt.Fprintf(out, "account server on %s\n", d.AccountsURL)
 	fmt.Fprintf(out, "mirrors: %s (mirror 1 is the authority; you play on mirror 2)\n", strings.Join(d.MirrorURLs, " "))
 	fmt.Fprintf(out, "open %s in your browser (Ctrl-C stops)\n", d.URL)
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(out, "stopping the demo")
-		return nil
-	case err := <-d.Err():
-		return err
-	}
+	return d, nil
 }

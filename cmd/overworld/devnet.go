@@ -22,7 +22,7 @@ routing table sizes (bootstrap first). Stops on Ctrl-C or after -duration.`, out
 		dataDir := fs.String("data-dir", "", "directory for the identities (default: a temporary one, removed at exit)")
 		every := fs.Duration("report", 5*time.Second, "interval of the routing table report")
 		duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
-		level := fs.String("log-level", "warn", "log level: debug, info, warn or error")
+		logF := addLogFlags(fs, "warn")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -32,7 +32,7 @@ routing table sizes (bootstrap first). Stops on Ctrl-C or after -duration.`, out
 		if *every <= 0 {
 			return fmt.Errorf("-report %s: want > 0", *every)
 		}
-		log, err := newLogger(os.Stderr, *level)
+		log, err := logF.logger()
 		if err != nil {
 			return err
 		}

@@ -34,7 +34,7 @@ error if no mirror answered.`, out)
 		maxGames := fs.Int("max-games", 8, "games probed at most")
 		pings := fs.Int("pings", 5, "pings per mirror")
 		silence := fs.Duration("silence", time.Second, "how long to wait for pongs; a dead mirror costs at most this")
-		asJSON := fs.Bool("json", false, "print JSON instead of a table")
+		jsonF := addJSONFlags(fs, "print JSON instead of a table")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -53,7 +53,7 @@ error if no mirror answered.`, out)
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if *jsonF.on {
 			err = res.WriteJSON(out)
 		} else {
 			err = res.WriteTable(out)

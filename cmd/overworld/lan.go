@@ -11,17 +11,14 @@ import (
 	"io"
 	"math/rand"
 	"net"
-	"net/http"
 	"net/netip"
-	"os"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts/token"
-	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/cmd/overworld/internal/rungroup"
 	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/node/crimp"
 	"github.com/overworld-p2p/overworld/node/duty"
@@ -45,22 +42,21 @@ mirror holding the duty announces its game there every second. It joins the
 game it hears with the most players, or founds one on a random group. The
 page is served on -http as in the other modes (-bot lets a bot play).
 Characters live only as long as the game (there is no account server).`, out)
-		iface := fs.String("interface", "", "the LAN's network interface (required)")
+		iface := addInterfaceFlag(fs, "the LAN's network interface (required)")
 		discovery := fs.String("discovery", duty.DefaultDiscoveryGroup.String(), "IPv4 multicast group and port where games are announced")
 		wait := fs.Duration("wait", 2*time.Second, "how long to listen for announced games before founding one")
 		name := fs.String("name", "", "player name (default: a random one)")
 		gameName := fs.String("game", "lan game", "name announced for a game this player founds")
-		size := fs.String("world-size", "4x4", "world size in regions, WxH (every player of a game must use the same)")
-		seed := fs.Uint64("seed", 1, "world seed (every player of a game must use the same)")
+		shapeF := addWorldShapeFlags(fs, "4x4", "every player of a game must use the same")
 		httpAddr := fs.String("http", "127.0.0.1:8670", "address of the page")
 		listen := fs.String("listen", "127.0.0.1:0", "address of this player's mirror for its client (/ws) and probes (/metrics, /readyz)")
 		bot := fs.Bool("bot", false, "let a bot play instead of the page")
 		statusEvery := fs.Duration("status-every", 0, "print a JSON status line this often (0: never)")
-		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		logF := addLogFlags(fs, "info")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := newLogger(os.Stderr, *level)
+		log, err := logF.logger()
 		if err != nil {
 			return err
 		}
@@ -75,39 +71,9 @@ Characters live only as long as the game (there is no account server).`, out)
 		if err != nil {
 			return fmt.Errorf("-discovery: %w", err)
 		}
-		w, h, err := parseWorldSize(*size)
+		g, err := shapeF.game()
 		if err != nil {
-			return fmt.Errorf("-world-size: %w", err)
-		}
-		g := game.DefaultConfig()
-		g.Seed, g.RegionsX, g.RegionsY = *seed, w, h
-
-		discTr, err := crimp.ListenUDP(crimp.UDPConfig{Group: discGroup, Interface: *iface, Loopback: true, Logger: log})
-		if err != nil {
-			return fmt.Errorf("discovery group: %w", err)
-		}
-		var heard duty.Listener
-		if err := discTr.Start(func(b []byte, _ netip.AddrPort) { heard.Hear(time.Now(), b) }); err != nil {
 			return err
-		}
-		found, err := findLANGame(ctx, &heard, *wait)
-		if err != nil {
-			discTr.Close()
-			return err
-		}
-		founder := found == nil
-		ann := duty.Announcement{Name: *gameName}
-		if founder {
-			ann.Game, ann.Group = newLANGame()
-			fmt.Fprintf(out, "no game on the LAN: founding %q on %s\n", ann.Name, ann.Group)
-		} else {
-			ann = *found
-			fmt.Fprintf(out, "joining %q on %s (%d players)\n", ann.Name, ann.Group, ann.Players)
-		}
-		tr, err := crimp.ListenUDP(crimp.UDPConfig{Group: ann.Group, Interface: *iface, Loopback: true, Logger: log})
-		if err != nil {
-			discTr.Close()
-			return fmt.Errorf("game group: %w", err)
 		}
 
 		// No account server: this process signs its own player's token,
@@ -136,6 +102,40 @@ Characters live only as long as the game (there is no account server).`, out)
 			return err
 		}
 
+		discTr, err := crimp.ListenUDP(crimp.UDPConfig{Group: discGroup, Interface: *iface, Loopback: true, Logger: log})
+		if err != nil {
+			return fmt.Errorf("discovery group: %w", err)
+		}
+		// Stop order (lifecycle.go): page, the player's session, the
+		// mirror (players leave, the duty moves on), its client listener,
+		// the discovery group.
+		group := rungroup.New(log)
+		group.Add(rungroup.Service{Name: "discovery group", Stop: func() { discTr.Close() }})
+		var heard duty.Listener
+		if err := discTr.Start(func(b []byte, _ netip.AddrPort) { heard.Hear(time.Now(), b) }); err != nil {
+			group.Close()
+			return err
+		}
+		found, err := findLANGame(ctx, &heard, *wait)
+		if err != nil {
+			group.Close()
+			return err
+		}
+		founder := found == nil
+		ann := duty.Announcement{Name: *gameName}
+		if founder {
+			ann.Game, ann.Group = newLANGame()
+			fmt.Fprintf(out, "no game on the LAN: founding %q on %s\n", ann.Name, ann.Group)
+		} else {
+			ann = *found
+			fmt.Fprintf(out, "joining %q on %s (%d players)\n", ann.Name, ann.Group, ann.Players)
+		}
+		tr, err := crimp.ListenUDP(crimp.UDPConfig{Group: ann.Group, Interface: *iface, Loopback: true, Logger: log})
+		if err != nil {
+			group.Close()
+			return fmt.Errorf("game group: %w", err)
+		}
+
 		reg := newProcessRegistry()
 		cfg := mirror.Config{
 			Game: g, Rotate: true, Authority: founder, CRIMP: crimp.DefaultConfig(), Transport: tr,
@@ -148,35 +148,32 @@ Characters live only as long as the game (there is no account server).`, out)
 		}
 		m, err := mirror.New(cfg)
 		if err != nil {
+			group.Close()
 			return err
 		}
 		ln, err := net.Listen("tcp", *listen)
 		if err != nil {
+			group.Close()
 			return fmt.Errorf("-listen: %w", err)
 		}
 		if err := m.Start(); err != nil {
 			ln.Close()
+			group.Close()
 			return err
 		}
-		defer discTr.Close()
-		mux := http.NewServeMux()
-		mux.Handle("/", m.Handler())
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-
+		group.Add(clientListenerService(ln, m, reg))
+		group.Add(mirrorService(m, out))
 		page, err := mirror.NewPageSession(mirror.PageConfig{
 			Mirrors: []string{"ws://" + ln.Addr().String() + "/ws"}, Key: key,
 			Token: func(context.Context) (string, error) { return tok, nil }, Bot: *bot, BotSeed: rand.Uint64(), Logger: log,
 		})
 		if err != nil {
-			m.Close()
+			group.Close()
 			return err
 		}
 		pageLn, err := net.Listen("tcp", *httpAddr)
 		if err != nil {
-			m.Close()
+			group.Close()
 			return fmt.Errorf("-http: %w", err)
 		}
 		var secret string
@@ -186,23 +183,16 @@ Characters live only as long as the game (there is no account server).`, out)
 		web, err := webui.NewServer(page, webui.Options{Logger: log, Secret: secret})
 		if err != nil {
 			pageLn.Close()
-			m.Close()
+			group.Close()
 			return err
 		}
-		serveCtx, stopServe := context.WithCancel(context.Background())
-		defer stopServe()
-		go func() { _ = web.Serve(serveCtx, pageLn) }()
+		group.Add(pageSessionService(page))
+		group.Add(pageService(web, pageLn))
 		fmt.Fprintf(out, "player %s; open %s in your browser (Ctrl-C stops)\n", player, webui.PageURL(pageLn.Addr(), secret))
 		if *statusEvery > 0 {
-			go printLANStatus(ctx, out, m, *statusEvery)
+			group.Add(lanStatusService(out, m, *statusEvery))
 		}
-		err = page.Run(ctx) // returns when ctx ends
-		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if serr := m.Shutdown(sctx); err == nil || errors.Is(err, context.Canceled) {
-			err = serr
-		}
-		return err
+		return group.Run(ctx)
 	}}
 }
 
@@ -265,12 +255,22 @@ type lanStatus struct {
 	Mismatched uint64 `json:"mismatched"`
 }
 
-func printLANStatus(ctx context.Context, out io.Writer, m *mirror.Server, every time.Duration) {
+// lanStatusService prints a status line every interval until stopped.
+func lanStatusService(out io.Writer, m *mirror.Server, every time.Duration) rungroup.Service {
+	stop := make(chan struct{})
+	return rungroup.Service{
+		Name: "status",
+		Run:  func() error { printLANStatus(stop, out, m, every); return nil },
+		Stop: func() { close(stop) },
+	}
+}
+
+func printLANStatus(stop <-chan struct{}, out io.Writer, m *mirror.Server, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-stop:
 			return
 		case <-t.C:
 		}

@@ -50,6 +50,9 @@ var extraCommands []command
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts an orderly stop; from then on a second one
+	// has its default effect, killing a stop that hangs.
+	context.AfterFunc(ctx, stop)
 	if err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)

@@ -28,50 +28,45 @@ silent intervals. Players ask GET /v1/games (overworld find does). Serves
 /metrics, /healthz and /readyz on -listen too. The registry is SQLite in
 -data-dir unless -db names a postgres:// URL; it survives restarts.
 SIGTERM drains and stops.`, out)
-		listen := fs.String("listen", "127.0.0.1:8650", "address for the API, /metrics and /healthz")
-		dataDir := fs.String("data-dir", defaultDataDir("master"), "directory for the SQLite database")
-		db := fs.String("db", "", "database: empty for SQLite in -data-dir, sqlite:PATH, or postgres://user@host/db")
+		apiF := addAPIServerFlags(fs, "master", "127.0.0.1:8650", "directory for the SQLite database")
 		token := fs.String("operator-token", "", "credential game authorities register with (prefer -operator-token-file or OVERWORLD_OPERATOR_TOKEN)")
 		tokenFile := fs.String("operator-token-file", "", "file of operator credentials, one per line ('#' starts a comment); each line is one operator")
 		interval := fs.Duration("interval", 5*time.Second, "keep-alive interval: games are polled (or push) this often")
 		maxMissed := fs.Int("max-missed", 3, "intervals in a row without word from a game before it is dropped")
 		maxGames := fs.Int("max-games", 10_000, "games the registry holds at most")
-		tlsCert := fs.String("tls-cert", "", "TLS certificate file (with -tls-key: serve HTTPS)")
-		tlsKey := fs.String("tls-key", "", "TLS private key file")
-		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		logF := addLogFlags(fs, "info")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := newLogger(os.Stderr, *level)
+		log, err := logF.logger()
 		if err != nil {
+			return err
+		}
+		if err := apiF.check(); err != nil {
 			return err
 		}
 		tokens, err := readOperatorTokens(*token, *tokenFile)
 		if err != nil {
 			return err
 		}
-		store, err := master.OpenStore(ctx, *db, *dataDir)
+		store, err := master.OpenStore(ctx, *apiF.db, *apiF.dataDir)
 		if err != nil {
 			return err
 		}
 		defer store.Close()
 		m, err := master.New(master.Config{
 			OperatorTokens: tokens, Interval: *interval, MaxMissed: *maxMissed, MaxGames: *maxGames,
-			TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, Logger: log, Registry: newProcessRegistry(),
+			TLSCertFile: *apiF.tlsCert, TLSKeyFile: *apiF.tlsKey, Logger: log, Registry: newProcessRegistry(),
 		}, store)
 		if err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", *listen)
+		ln, err := net.Listen("tcp", *apiF.listen)
 		if err != nil {
-			return fmt.Errorf("listen %s: %w", *listen, err)
-		}
-		scheme := "http"
-		if *tlsCert != "" {
-			scheme = "https"
+			return fmt.Errorf("listen %s: %w", *apiF.listen, err)
 		}
 		fmt.Fprintf(out, "master server on %s://%s (store: %s; keep-alive every %v, dropped after %d missed; %d operator token(s))\n",
-			scheme, ln.Addr(), store.Dialect(), *interval, *maxMissed, len(tokens))
+			apiF.scheme(), ln.Addr(), store.Dialect(), *interval, *maxMissed, len(tokens))
 		return m.Serve(ctx, ln)
 	}}
 }

@@ -11,19 +11,14 @@ import (
 	"io"
 	"io/fs"
 	"net"
-	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/bootstrap/accounts/token"
-	"github.com/overworld-p2p/overworld/game"
-	"github.com/overworld-p2p/overworld/node/crimp"
+	"github.com/overworld-p2p/overworld/cmd/overworld/internal/rungroup"
 	"github.com/overworld-p2p/overworld/node/mirror"
 )
 
@@ -53,117 +48,50 @@ to the others when its holder dies. Each mirror then signs what it decides
 while it holds the duty with a key of its own (made at start; no key flags),
 every mirror serves state transfers (-state-listen, -state-advertise), and
 -authority only marks the mirror that starts the game.`, out)
-		authority := fs.Bool("authority", false, "start the game as the group's authority (exactly one mirror; with -authority-mode rotate: the mirror that starts the game)")
-		authorityMode := fs.String("authority-mode", "fixed", "fixed (the -authority mirror keeps the authority) or rotate (the duty rotates among the mirrors)")
-		authorityKeyFile := fs.String("authority-key", "", "authority: its ed25519 signing key, PEM (default: mirror-authority.pem in -data-dir; created if missing)")
-		authorityPub := fs.String("authority-public-key", "", "the authority's public key, base64 (every mirror but the authority)")
-		transport := fs.String("crimp", "udp", "CRIMP transport: udp (IP multicast) or memory (a lone mirror, for trying it out)")
-		group := fs.String("multicast", "239.77.0.1:7777", "IPv4 multicast group and port of the mirror group")
-		iface := fs.String("interface", "", "network interface to multicast on (required with -crimp udp)")
-		ttl := fs.Int("ttl", 1, "multicast TTL")
+		authorityF := addAuthorityFlags(fs)
+		crimpF := addCRIMPFlags(fs)
+		stateF := addStateFlags(fs)
+		accountF := addAccountServerFlags(fs)
 		listen := fs.String("listen", "127.0.0.1:8650", "address for clients (/ws) and probes (/metrics, /healthz, /readyz)")
-		stateListen := fs.String("state-listen", "0.0.0.0:8651", "authority: TCP address serving state transfers to joining mirrors")
-		stateAdvertise := fs.String("state-advertise", "", "authority: the state-transfer address other mirrors dial (default: -state-listen's, which must then not be 0.0.0.0)")
-		accountURL := fs.String("account", "", "account server URL (characters are loaded and saved there)")
-		accountKey := fs.String("account-key", "", "the account server's public key, base64 (default: asked from -account)")
-		size := fs.String("world-size", "8x8", "world size in regions, WxH")
-		seed := fs.Uint64("seed", 1, "world seed")
+		shapeF := addWorldShapeFlags(fs, "8x8", "")
 		dataDir := fs.String("data-dir", defaultDataDir("mirror"), "directory for state dumps of hash mismatches")
 		delays := fs.String("delays", "0,50ms,150ms", "synchronizer delays, increasing (authority; the others take the group's), or 'auto' to re-tune the inner ones online")
-		history := fs.Duration("history", time.Second, "CRIMP history (at least the last delay; a silent mirror is dropped after 3/4 of it)")
-		fec := fs.Int("fec", 2, "earlier commands each CRIMP packet repeats (0-8)")
 		maxSkew := fs.Duration("max-skew", 5*time.Millisecond, "largest clock offset between mirrors before /readyz fails; stamps later than now+this are refused")
 		saveEvery := fs.Duration("save-every", 30*time.Second, "how often players' characters are saved")
-		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		logF := addLogFlags(fs, "info")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := newLogger(os.Stderr, *level)
+		log, err := logF.logger()
 		if err != nil {
 			return err
 		}
-		w, h, err := parseWorldSize(*size)
+		g, err := shapeF.game()
 		if err != nil {
-			return fmt.Errorf("-world-size: %w", err)
+			return err
 		}
-		g := game.DefaultConfig()
-		g.Seed, g.RegionsX, g.RegionsY = *seed, w, h
-		if *accountURL == "" {
-			return errors.New("-account is required: characters live on the account server")
-		}
-		pub, err := accountPublicKey(ctx, *accountURL, *accountKey)
+		pub, err := accountF.publicKey(ctx)
 		if err != nil {
 			return err
 		}
 		cfg := mirror.Config{
-			Game: g, Authority: *authority, MaxSkew: *maxSkew, SaveEvery: *saveEvery, DataDir: *dataDir,
-			StateListen: *stateListen, StateAdvertise: *stateAdvertise,
-			AccountKey: pub, Characters: &mirror.AccountServer{URL: *accountURL, Key: pub, Game: g},
-			Logger: log,
+			Game: g, MaxSkew: *maxSkew, SaveEvery: *saveEvery, DataDir: *dataDir,
+			AccountKey: pub, Characters: &mirror.AccountServer{URL: *accountF.url, Key: pub, Game: g},
+			CRIMP: crimpF.config(), Logger: log,
 		}
-		switch *authorityMode {
-		case "fixed":
-		case "rotate":
-			cfg.Rotate = true
-			if *authorityKeyFile != "" || *authorityPub != "" {
-				return errors.New("-authority-mode rotate takes no -authority-key or -authority-public-key: each mirror signs with its own key")
-			}
-		default:
-			return fmt.Errorf("-authority-mode %q: want fixed or rotate", *authorityMode)
+		if err := authorityF.apply(&cfg, *dataDir, out); err != nil {
+			return err
 		}
-		if cfg.Rotate {
-			// No shared key: each mirror's own, made by the server.
-		} else if *authority {
-			path := *authorityKeyFile
-			if path == "" {
-				path = filepath.Join(*dataDir, "mirror-authority.pem")
-			}
-			if cfg.AuthorityKey, err = loadOrCreateAuthorityKey(path); err != nil {
-				return fmt.Errorf("-authority-key: %w", err)
-			}
-			fmt.Fprintf(out, "authority public key (give it to the other mirrors as -authority-public-key): %s\n",
-				token.EncodePublicKey(cfg.AuthorityKey.Public().(ed25519.PublicKey)))
-		} else {
-			if *authorityPub == "" {
-				return errors.New("-authority-public-key is required: the authority's key, which its decisions are checked with")
-			}
-			if cfg.AuthorityPublicKey, err = token.DecodePublicKey(*authorityPub); err != nil {
-				return fmt.Errorf("-authority-public-key: %w", err)
-			}
+		if err := stateF.apply(&cfg, cfg.Authority || cfg.Rotate); err != nil {
+			return err
 		}
 		if *delays == "auto" {
 			cfg.AutoDelays = true
 		} else if cfg.Delays, err = parseDelays(*delays); err != nil {
 			return fmt.Errorf("-delays: %w", err)
 		}
-		cfg.CRIMP = crimp.DefaultConfig()
-		cfg.CRIMP.History, cfg.CRIMP.FEC = *history, *fec
-		switch *transport {
-		case "udp":
-			if *iface == "" {
-				return errors.New("-interface is required with -crimp udp (the private network's interface)")
-			}
-			gaddr, err := netip.ParseAddrPort(*group)
-			if err != nil {
-				return fmt.Errorf("-multicast: %w", err)
-			}
-			tr, err := crimp.ListenUDP(crimp.UDPConfig{Group: gaddr, Interface: *iface, TTL: *ttl, Loopback: true, Logger: log})
-			if err != nil {
-				return err
-			}
-			cfg.Transport = tr
-		case "memory":
-			if !*authority {
-				return errors.New("-crimp memory runs a lone mirror: give -authority")
-			}
-			cfg.Transport = crimp.NewMemNetwork(crimp.WallClock{}, 1).Endpoint("local")
-		default:
-			return fmt.Errorf("-crimp %q: want udp or memory", *transport)
-		}
-		if (*authority || cfg.Rotate) && cfg.StateAdvertise == "" {
-			if host, _, _ := net.SplitHostPort(*stateListen); host == "" || host == "0.0.0.0" || host == "::" {
-				return errors.New("-state-advertise is required when -state-listen does not name one address")
-			}
+		if cfg.Transport, err = crimpF.transportFor(cfg.Authority, log); err != nil {
+			return err
 		}
 		reg := newProcessRegistry()
 		cfg.Registerer = reg
@@ -179,25 +107,14 @@ every mirror serves state transfers (-state-listen, -state-advertise), and
 			ln.Close()
 			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/", m.Handler())
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ln) }()
+		// Stop order (lifecycle.go): the mirror (players leave, saved;
+		// the group, state server and CRIMP close), then the client
+		// listener with /metrics.
+		group := rungroup.New(log)
+		group.Add(clientListenerService(ln, m, reg))
+		group.Add(mirrorService(m, out))
 		fmt.Fprintf(out, "mirror serving clients on ws://%s/ws (metrics, healthz, readyz on the same address)\n", ln.Addr())
-		select {
-		case <-ctx.Done():
-		case err := <-served:
-			m.Close()
-			return fmt.Errorf("client listener: %w", err)
-		}
-		fmt.Fprintln(out, "stopping: players leave and are saved")
-		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		err = m.Shutdown(sctx)
-		srv.Shutdown(sctx)
-		return err
+		return group.Run(ctx)
 	}}
 }
 

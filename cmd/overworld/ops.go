@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/overworld-p2p/overworld/cmd/overworld/internal/rungroup"
 	"github.com/overworld-p2p/overworld/node"
 )
 
@@ -36,8 +37,11 @@ func newProcessRegistry() *prometheus.Registry {
 	return reg
 }
 
-// startOps listens on addr (empty: no server) and serves until ctx ends.
-func startOps(ctx context.Context, addr string, g prometheus.Gatherer, log *slog.Logger) (*opsServer, error) {
+// startOps listens on addr (empty: no server) and serves until stopped:
+// add service() to the process's run group first and readiness() last, so
+// /readyz fails as soon as the process starts stopping and /metrics stays
+// up until everything else has stopped.
+func startOps(addr string, g prometheus.Gatherer, log *slog.Logger) (*opsServer, error) {
 	o := &opsServer{}
 	if addr == "" {
 		return o, nil
@@ -63,12 +67,22 @@ func startOps(ctx context.Context, addr string, g prometheus.Gatherer, log *slog
 			log.Error("metrics server", "err", err)
 		}
 	}()
-	context.AfterFunc(ctx, func() { o.stop() })
 	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	return o, nil
 }
 
 func (o *opsServer) setReady(v bool) { o.ready.Store(v) }
+
+// service stops the server; it goes first into a run group, to stop last.
+func (o *opsServer) service() rungroup.Service {
+	return rungroup.Service{Name: "metrics", Stop: o.stop}
+}
+
+// readiness turns /readyz to 503; it goes last into a run group, to stop
+// first.
+func (o *opsServer) readiness() rungroup.Service {
+	return rungroup.Service{Name: "readiness", Stop: func() { o.setReady(false) }}
+}
 
 // url is where /metrics is served ("" when off).
 func (o *opsServer) url() string {

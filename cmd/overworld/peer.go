@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
+	"github.com/overworld-p2p/overworld/cmd/overworld/internal/rungroup"
 	"github.com/overworld-p2p/overworld/node"
 )
 
@@ -29,23 +29,22 @@ one batch per interval of the positions that players in aggregated mode
 (overworld_position_batches_published_total). Ctrl-C stops it and releases
 its leases.`, out)
 		dataDir := fs.String("data-dir", defaultDataDir("peer"), "directory for the identity key")
-		bootstrapAddrs := fs.String("bootstrap", "", "comma-separated full multiaddrs (/ip4/…/tcp/…/p2p/<ID>) of bootstrap nodes")
-		port := fs.Int("listen-port", 0, "TCP and UDP (QUIC) port on every interface (0: any)")
-		listen := fs.String("listen", "", "comma-separated listen multiaddrs (overrides -listen-port)")
+		bootF := addBootstrapFlags(fs)
+		listenF := addP2PListenFlags(fs, 0)
 		dhtMode := fs.String("dht", "auto", "DHT mode: auto (server unless AutoNAT finds this peer behind NAT), server or client")
 		dhtClient := fs.Bool("dht-client", false, "same as -dht client")
 		worldF := addWorldFlags(fs)
 		accountF := addAccountFlags(fs)
-		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9101 (empty: off)")
-		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		metricsF := addMetricsFlags(fs, "", "127.0.0.1:9101")
+		logF := addLogFlags(fs, "info")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := newLogger(os.Stderr, *level)
+		log, err := logF.logger()
 		if err != nil {
 			return err
 		}
-		boot, err := requireBootstrap(*bootstrapAddrs, "see 'overworld bootstrap'")
+		boot, err := bootF.require("see 'overworld bootstrap'")
 		if err != nil {
 			return err
 		}
@@ -57,12 +56,9 @@ its leases.`, out)
 		if err != nil {
 			return err
 		}
-		if *listen == "" {
-			*listen = listenAddrsForPort("0.0.0.0", *port)
-		}
-		addrs, err := parseMultiaddrs(*listen)
+		addrs, err := listenF.addrs()
 		if err != nil {
-			return fmt.Errorf("-listen: %w", err)
+			return err
 		}
 		mode, err := node.ParseDHTMode(*dhtMode)
 		if err != nil {
@@ -71,29 +67,36 @@ its leases.`, out)
 		if *dhtClient {
 			mode = node.DHTClient
 		}
+		// Stop order (lifecycle.go): readiness, region services, node, metrics.
+		group := rungroup.New(log)
 		reg := newProcessRegistry()
-		ops, err := startOps(ctx, *metrics, reg, log)
+		ops, err := metricsF.start(reg, log)
 		if err != nil {
 			return err
 		}
+		group.Add(ops.service())
 		n, err := node.New(ctx,
 			node.WithDataDir(*dataDir), node.WithListenAddrs(addrs...), node.WithBootstrapPeers(boot...),
 			node.WithDHTMode(mode), node.WithLogger(log), node.WithRegisterer(reg))
 		if err != nil {
+			group.Close()
 			return err
 		}
-		defer n.Close()
+		group.Add(nodeService(n))
 		hp, err := startHeadless(ctx, n, headlessConfig{World: *worldF.name, Game: g, Account: acct, Logger: log, Registerer: reg})
 		if err != nil {
+			group.Close()
 			return err
 		}
-		defer hp.Close()
+		group.Add(rungroup.Service{Name: "region services", Stop: hp.Close})
+		group.Add(ops.readiness())
 		fmt.Fprintf(out, "peer %s started; joining through %d bootstrap node(s)\n", n.ID(), len(boot))
 		if u := ops.url(); u != "" {
 			fmt.Fprintf(out, "metrics on %s\n", u)
 		}
 		start := time.Now()
 		if err := n.WaitJoined(ctx); err != nil {
+			group.Close()
 			if ctx.Err() != nil {
 				return nil // stopped before joining
 			}
@@ -101,9 +104,6 @@ its leases.`, out)
 		}
 		fmt.Fprintf(out, "peer %s joined the overlay in %s\n", n.ID(), time.Since(start).Round(time.Millisecond))
 		ops.setReady(true)
-		<-ctx.Done()
-		ops.setReady(false)
-		log.Info("shutting down")
-		return nil
+		return group.Run(ctx)
 	}}
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/overworld-p2p/overworld/cmd/overworld/internal/rungroup"
 	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/node"
@@ -33,23 +34,22 @@ With -bot a bot plays instead of the page's keys. With -aggregate the
 player's positions go to its region's coordinator, which publishes them in
 one batch per interval; while the coordinator does not answer they go out
 directly. Ctrl-C stops.`, out)
-		bootstrapAddrs := fs.String("bootstrap", "", "comma-separated full multiaddrs (/ip4/…/tcp/…/p2p/<ID>) of bootstrap nodes")
+		bootF := addBootstrapFlags(fs)
 		dataDir := fs.String("data-dir", defaultDataDir("play"), "directory for the identity key")
-		port := fs.Int("listen-port", 0, "TCP and UDP (QUIC) port on every interface (0: any)")
-		listen := fs.String("listen", "", "comma-separated listen multiaddrs (overrides -listen-port)")
+		listenF := addP2PListenFlags(fs, 0)
 		httpAddr := fs.String("http", "127.0.0.1:8080", "address of the web page; any but a loopback one gets a per-run secret in the page's address")
 		name := fs.String("name", "", "display name (default: the account name, else one made from the peer ID)")
 		worldF := addWorldFlags(fs)
 		bot := fs.Bool("bot", false, "let a bot play")
 		aggregate := fs.Bool("aggregate", false, "aggregated mode: send positions to the region's coordinator, which publishes one batch per interval for the region (positions go out directly while the coordinator does not answer)")
 		accountF := addAccountFlags(fs)
-		metrics := fs.String("metrics", "", "address for /metrics, /healthz and /readyz (empty: off)")
-		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		metricsF := addMetricsFlags(fs, "127.0.0.1:0", "")
+		logF := addLogFlags(fs, "info")
 		mirrors := fs.String("mirror", "", "play through mirrors instead of the overlay: comma-separated ws://HOST:PORT/ws URLs (needs -account)")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := newLogger(os.Stderr, *level)
+		log, err := logF.logger()
 		if err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ directly. Ctrl-C stops.`, out)
 			return runPlayMirror(ctx, out, playMirrorOptions{mirrors: *mirrors, accountURL: *accountF.url, user: *accountF.user,
 				passwordFile: *accountF.passwordFile, register: *accountF.register, bot: *bot, seed: *worldF.seed, dataDir: *dataDir, httpAddr: *httpAddr, log: log})
 		}
-		boot, err := requireBootstrap(*bootstrapAddrs, "or try 'overworld demo'")
+		boot, err := bootF.require("or try 'overworld demo'")
 		if err != nil {
 			return err
 		}
@@ -72,34 +72,39 @@ directly. Ctrl-C stops.`, out)
 		if err != nil {
 			return err
 		}
-		if *listen == "" {
-			*listen = listenAddrsForPort("0.0.0.0", *port)
-		}
-		addrs, err := parseMultiaddrs(*listen)
+		addrs, err := listenF.addrs()
 		if err != nil {
-			return fmt.Errorf("-listen: %w", err)
+			return err
 		}
 		ln, err := net.Listen("tcp", *httpAddr)
 		if err != nil {
 			return fmt.Errorf("-http: %w", err)
 		}
-		defer ln.Close()
+		// The services stop in the reverse of the order they are added
+		// here (see lifecycle.go): readiness, page, player (saves, leaves
+		// its regions, releases its leases), node, metrics.
+		group := rungroup.New(log)
+		group.Add(rungroup.Service{Name: "page listener", Stop: func() { ln.Close() }})
 		reg := newProcessRegistry()
-		ops, err := startOps(ctx, *metrics, reg, log)
+		ops, err := metricsF.start(reg, log)
 		if err != nil {
+			group.Close()
 			return err
 		}
+		group.Add(ops.service())
 		n, err := node.New(ctx, node.WithDataDir(*dataDir), node.WithListenAddrs(addrs...),
 			node.WithBootstrapPeers(boot...), node.WithLogger(log), node.WithRegisterer(reg))
 		if err != nil {
+			group.Close()
 			return err
 		}
-		defer n.Close()
+		group.Add(nodeService(n))
 		p, err := play.New(ctx, n, play.Config{
 			World: *worldF.name, Game: g, Name: *name, Bot: *bot, BotSeed: *worldF.seed, Aggregate: *aggregate,
 			Account: acct, Logger: log, Registerer: reg,
 		})
 		if err != nil {
+			group.Close()
 			return err
 		}
 		// Where others can reach the page, a per-run secret in its address
@@ -111,20 +116,19 @@ directly. Ctrl-C stops.`, out)
 		srv, err := webui.NewServer(p, webui.Options{Logger: log, Secret: secret, Registerer: reg})
 		if err != nil {
 			p.Close()
+			group.Close()
 			return err
 		}
-		serveCtx, stopServe := context.WithCancel(context.Background())
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(serveCtx, ln) }()
+		group.Add(playerService(p))
+		group.Add(pageService(srv, ln))
+		group.Add(ops.readiness())
 		fmt.Fprintf(out, "player %s (%s) joining through %d bootstrap node(s)\n", p.Name(), n.ID(), len(boot))
 		fmt.Fprintf(out, "open %s in your browser (Ctrl-C stops)\n", webui.PageURL(ln.Addr(), secret))
-		ops.setReady(true)
-		err = p.Run(ctx) // returns when ctx ends, after saving the character
-		stopServe()
-		if serr := <-served; err == nil && serr != nil && !errors.Is(serr, net.ErrClosed) {
-			err = serr
+		if u := ops.url(); u != "" {
+			fmt.Fprintf(out, "metrics on %s\n", u)
 		}
-		return err
+		ops.setReady(true)
+		return group.Run(ctx)
 	}}
 }
 

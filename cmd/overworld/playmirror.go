@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/overworld-p2p/overworld/cmd/overworld/internal/rungroup"
 	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/node"
 	"github.com/overworld-p2p/overworld/node/mirror"
@@ -70,15 +71,12 @@ func runPlayMirror(ctx context.Context, out io.Writer, o playMirrorOptions) erro
 		ln.Close()
 		return err
 	}
-	serveCtx, stopServe := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(serveCtx, ln) }()
+	// Stop order (lifecycle.go): page, then the session with the mirror
+	// (which saves the character when the player leaves).
+	group := rungroup.New(o.log)
+	group.Add(pageSessionService(page))
+	group.Add(pageService(srv, ln))
 	fmt.Fprintf(out, "player %s playing through %d mirror(s)\n", o.user, len(urls))
 	fmt.Fprintf(out, "open %s in your browser (Ctrl-C stops)\n", webui.PageURL(ln.Addr(), secret))
-	err = page.Run(ctx) // returns when ctx ends; the mirror saves the character
-	stopServe()
-	if serr := <-served; err == nil && serr != nil && !errors.Is(serr, net.ErrClosed) {
-		err = serr
-	}
-	return err
+	return group.Run(ctx)
 }

@@ -74,6 +74,10 @@ type Config struct {
 	SaveEvery time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Registerer, if set, takes the interactive player's metrics: its
+	// node, region and position services and page in P2P mode, the mirror
+	// it plays on in mirror mode.
+	Registerer prometheus.Registerer
 }
 
 // Demo is a running demo network.
@@ -253,7 +257,7 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := webui.NewServer(human, webui.Options{Logger: d.log.With("part", "web")})
+	srv, err := webui.NewServer(human, webui.Options{Logger: d.log.With("part", "web"), Registerer: cfg.Registerer})
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -331,13 +335,18 @@ func (d *Demo) startAccounts(ctx context.Context) error {
 // startPeer starts the node and player i and runs it until Close.
 func (d *Demo) startPeer(ctx context.Context, i int, pc play.Config, start game.RegionCoord) (*play.Peer, error) {
 	log := d.log.With("peer", pc.Name)
-	n, err := node.New(ctx,
+	opts := []node.Option{
 		node.WithDataDir(filepath.Join(d.cfg.DataDir, fmt.Sprintf("peer-%d", i))),
 		node.WithListenAddrs(loopback),
 		node.WithBootstrapPeers(d.boot.AddrInfo()),
 		node.WithBootstrapBackoff(node.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2}),
 		node.WithLogger(log),
-	)
+	}
+	if i == 0 && d.cfg.Registerer != nil {
+		opts = append(opts, node.WithRegisterer(d.cfg.Registerer))
+		pc.Registerer = d.cfg.Registerer
+	}
+	n, err := node.New(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("demo: peer %s: %w", pc.Name, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/game"
@@ -119,7 +120,7 @@ func StartMirror(ctx context.Context, cfg Config) (_ *MirrorDemo, err error) {
 			Game: g, Authority: i == 0, AuthorityKey: key, AuthorityPublicKey: authPub, Transport: md.net.Endpoint(fmt.Sprintf("m%d", i+1)),
 			AccountKey: pub, Characters: &mirror.AccountServer{URL: d.AccountsURL, Key: pub, Game: g},
 			DataDir: fmt.Sprintf("%s/mirror-%d", d.cfg.DataDir, i+1), SaveEvery: 15 * time.Second,
-			ReleaseAfter: 15 * time.Second, Logger: d.log.With("mirror", i+1),
+			ReleaseAfter: 15 * time.Second, Logger: d.log.With("mirror", i+1), Registerer: playerMirrorRegisterer(cfg, i),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("demo: mirror %d: %w", i+1, err)
@@ -321,4 +322,13 @@ func (md *MirrorDemo) Close() error {
 	}
 	errs = append(errs, md.d.Close())
 	return errors.Join(errs...)
+}
+
+// playerMirrorRegisterer is cfg.Registerer for the mirror the interactive
+// player plays on (mirror 2, index 1), nil for the others.
+func playerMirrorRegisterer(cfg Config, i int) prometheus.Registerer {
+	if i != 1 {
+		return nil
+	}
+	return cfg.Registerer
 }
