@@ -21,8 +21,8 @@ type Metrics struct {
 
 	DatagramsSent      atomic.Uint64 // unreliable payloads sent (SendUnreliable)
 	DatagramsDelivered atomic.Uint64 // ... received and delivered
-	Losses          atomic.Uint64 // losses given up when their history interval expired
-	Abandoned       atomic.Uint64 // outstanding losses cancelled because their sender was dropped or skipped
+	Losses             atomic.Uint64 // losses given up when their history interval expired
+	Abandoned          atomic.Uint64 // outstanding losses cancelled because their sender was dropped or skipped
 
 	LossesDetected      atomic.Uint64 // sequence numbers declared lost (N-out-of-order or session)
 	RequestsSent        atomic.Uint64 // recovery requests (NAKs) sent
