@@ -78,7 +78,7 @@ func TestTransferSignature(t *testing.T) {
 	_, otherKey, _ := ed25519.GenerateKey(nil)
 	st := NewState(mustWorld(t), 1)
 	cfg := tss.Config{Epoch: 1000, TickPeriod: time.Second / 30, Delays: DefaultDelays(), MaxSkew: time.Millisecond}
-	b, err := encodeTransfer(1, cfg, st, nil, 2000)
+	b, err := encodeTransfer(1, ProtocolCommand, cfg, st, nil, 2000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,7 +121,7 @@ func FuzzDecodeTransfer(f *testing.F) {
 	st := NewState(mustWorld(f), 1)
 	st.Advance([]Command{cmdOf(1, 1, game.CommandJoin, "ann")})
 	cfg := tss.Config{Epoch: 1000, TickPeriod: time.Second / 30, Delays: DefaultDelays(), MaxSkew: time.Millisecond}
-	b, err := encodeTransfer(1, cfg, st, []Command{cmdOf(1, 2, game.CommandInput, "ann")}, 2000)
+	b, err := encodeTransfer(1, ProtocolCommand, cfg, st, []Command{cmdOf(1, 2, game.CommandInput, "ann")}, 2000)
 	if err != nil {
 		f.Fatal(err)
 	}
