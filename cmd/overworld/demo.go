@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/overworld-p2p/overworld/game/demo"
+	"github.com/overworld-p2p/overworld/node/mirror"
 )
 
 func init() { extraCommands = append(extraCommands, demoCommand()) }
@@ -33,6 +34,7 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		aggregate := fs.Bool("aggregate", false, "aggregated mode: players send their positions to the region's coordinator, which publishes one batch per interval (a player publishes directly while its coordinator does not answer)")
 		level := fs.String("log-level", "warn", "log level: debug, info, warn or error")
 		mode := fs.String("mode", "p2p", "p2p (peers on the libp2p overlay) or mirror (three mirrors over in-memory CRIMP, bots on each)")
+		protocol := fs.String("protocol", "command", "with -mode mirror: command (every input reliably to every mirror) or event (moves unreliably, actions decided by the authority)")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -51,12 +53,20 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		if n == 0 {
 			n = -1 // demo.Config: zero means the default
 		}
+		if *mode != "mirror" && *protocol != "command" {
+			return errors.New("-protocol is mirror mode's (-mode mirror)")
+		}
 		if *mode == "mirror" {
 			if *aggregate {
 				return errors.New("-aggregate is position multicast's mode (-mode p2p); mirror mode has no region coordinators")
 			}
+			proto, err := mirror.ParseProtocol(*protocol)
+			if err != nil {
+				return fmt.Errorf("-protocol: %w", err)
+			}
 			return runMirrorDemo(ctx, out, demo.Config{
 				Bots: n, HTTP: *httpAddr, RegionsX: w, RegionsY: h, Seed: *seed, Name: *name, DataDir: *dataDir, Logger: log,
+				MirrorProtocol: proto,
 			})
 		} else if *mode != "p2p" {
 			return fmt.Errorf("-mode %q: want p2p or mirror", *mode)

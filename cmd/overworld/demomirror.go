@@ -11,7 +11,7 @@ import (
 
 // runMirrorDemo is `demo -mode mirror`.
 func runMirrorDemo(ctx context.Context, out io.Writer, cfg demo.Config) error {
-	fmt.Fprintf(out, "starting the account server, %d mirrors, the bots and your player…\n", demo.MirrorMirrors)
+	fmt.Fprintf(out, "starting the account server, %d mirrors (%s protocol), the bots and your player…\n", demo.MirrorMirrors, cfg.MirrorProtocol)
 	d, err := demo.StartMirror(ctx, cfg)
 	if err != nil {
 		return err

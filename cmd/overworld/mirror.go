@@ -52,7 +52,15 @@ rotates among the mirrors with the rotating arbiter (paper 003), and passes
 to the others when its holder dies. Each mirror then signs what it decides
 while it holds the duty with a key of its own (made at start; no key flags),
 every mirror serves state transfers (-state-listen, -state-advertise), and
--authority only marks the mirror that starts the game.`, out)
+-authority only marks the mirror that starts the game.
+
+With -protocol event the mirrors run the event-based protocol of the paper's
+§3.3.4 instead of the command-based one: moves go to every mirror unreliably
+(each datagram repeats the player's last moves), eating, picking up and
+attacking run at once on every mirror and are decided by the authority, whose
+decisions and consistent events (damage, deaths, respawns, regrowth) every
+mirror takes only with its signature; a mirror whose state strays (moves lost
+beyond the repetition) installs the authority's after the hash exchange.`, out)
 		authority := fs.Bool("authority", false, "start the game as the group's authority (exactly one mirror; with -authority-mode rotate: the mirror that starts the game)")
 		authorityMode := fs.String("authority-mode", "fixed", "fixed (the -authority mirror keeps the authority) or rotate (the duty rotates among the mirrors)")
 		authorityKeyFile := fs.String("authority-key", "", "authority: its ed25519 signing key, PEM (default: mirror-authority.pem in -data-dir; created if missing)")
@@ -69,6 +77,7 @@ every mirror serves state transfers (-state-listen, -state-advertise), and
 		size := fs.String("world-size", "8x8", "world size in regions, WxH")
 		seed := fs.Uint64("seed", 1, "world seed")
 		dataDir := fs.String("data-dir", defaultDataDir("mirror"), "directory for state dumps of hash mismatches")
+		protocol := fs.String("protocol", "command", "command (every input reliably to every mirror, which all run it) or event (moves multicast unreliably, actions decided by the authority, consistent events from it; every mirror of a group must use the same)")
 		delays := fs.String("delays", "0,50ms,150ms", "synchronizer delays, increasing (authority; the others take the group's), or 'auto' to re-tune the inner ones online")
 		history := fs.Duration("history", time.Second, "CRIMP history (at least the last delay; a silent mirror is dropped after 3/4 of it)")
 		fec := fs.Int("fec", 2, "earlier commands each CRIMP packet repeats (0-8)")
@@ -100,6 +109,9 @@ every mirror serves state transfers (-state-listen, -state-advertise), and
 			StateListen: *stateListen, StateAdvertise: *stateAdvertise,
 			AccountKey: pub, Characters: &mirror.AccountServer{URL: *accountURL, Key: pub, Game: g},
 			Logger: log,
+		}
+		if cfg.Protocol, err = mirror.ParseProtocol(*protocol); err != nil {
+			return fmt.Errorf("-protocol: %w", err)
 		}
 		switch *authorityMode {
 		case "fixed":

@@ -205,7 +205,7 @@ type eventMetrics struct {
 	actionsSent                                      atomic.Uint64
 	decided, decidedLate                             atomic.Uint64
 	undecided, reconciled                            atomic.Uint64
-	authoritative, applied                           atomic.Uint64
+	authoritative, applied, appliedLate              atomic.Uint64
 	decisionDelaySum, decisionDelayCount             atomic.Int64
 }
 
@@ -258,8 +258,9 @@ type EventStats struct {
 	Decided, DecidedLate, Undecided, Reconciled      uint64
 	Authoritative                                    uint64
 	// Applied counts the decisions this mirror took into its states (its
-	// own as the holder and those it heard).
-	Applied uint64
+	// own as the holder and those it heard); AppliedLate those of them
+	// that put their action in a later tick than its own.
+	Applied, AppliedLate uint64
 	// DecisionDelay is the mean time from an action's stamp to its
 	// decision arriving at (or, at the authority, being taken by) this
 	// mirror: the consistent-event delay.
@@ -270,7 +271,7 @@ func (m *eventMetrics) stats() EventStats {
 	return EventStats{
 		MovesSent: m.movesSent.Load(), MovesTaken: m.movesTaken.Load(), MovesRedundant: m.movesRedundant.Load(), MovesLate: m.movesLate.Load(),
 		ActionsSent: m.actionsSent.Load(), Decided: m.decided.Load(), DecidedLate: m.decidedLate.Load(),
-		Undecided: m.undecided.Load(), Reconciled: m.reconciled.Load(), Authoritative: m.authoritative.Load(), Applied: m.applied.Load(),
+		Undecided: m.undecided.Load(), Reconciled: m.reconciled.Load(), Authoritative: m.authoritative.Load(), Applied: m.applied.Load(), AppliedLate: m.appliedLate.Load(),
 		DecisionDelay: m.meanDelay(),
 	}
 }
@@ -430,6 +431,9 @@ func (s *Server) applyDecision(d Command, now time.Time) {
 	s.m.ev.decisionDelaySum.Add(now.UnixNano() - d.Stamp)
 	s.m.ev.decisionDelayCount.Add(1)
 	s.tickTo(now)
+	if td != cfg.TickOf(d.Stamp) {
+		s.m.ev.appliedLate.Add(1)
+	}
 	if td != cfg.TickOf(d.Stamp) && s.guessedElsewhere(key, td) {
 		if err := s.sync.Reset(s.sync.Last().Clone()); err != nil {
 			s.log.Warn("taking back a guess the authority moved failed", "action", d.Command, "err", err)
@@ -578,5 +582,5 @@ func (s *Server) eventStatus(st *mirrorpb.MirrorStatus) {
 		return
 	}
 	e := s.m.ev.stats()
-	st.Protocol, st.Decided, st.DecidedLate, st.Undecided, st.Reconciled = "event", e.Applied, e.DecidedLate, e.Undecided, e.Reconciled
+	st.Protocol, st.Decided, st.DecidedLate, st.Undecided, st.Reconciled = "event", e.Applied, e.AppliedLate, e.Undecided, e.Reconciled
 }

@@ -196,7 +196,7 @@ func DecodeServerFrame(b []byte) (*mirrorpb.ServerFrame, error) {
 				return nil, fmt.Errorf("update: %w", err)
 			}
 		}
-		if st := u.Status; st != nil && (len(st.Members) > crimp.MaxMembers || len(st.DelaysNs) > tss.MaxStates) {
+		if st := u.Status; st != nil && (len(st.Members) > crimp.MaxMembers || len(st.DelaysNs) > tss.MaxStates || len(st.Protocol) > 16) {
 			return nil, errors.New("update: status over its limits")
 		}
 	case *mirrorpb.ServerFrame_Error:
