@@ -78,6 +78,7 @@ beyond the repetition) installs the authority's after the hash exchange.`, out)
 		seed := fs.Uint64("seed", 1, "world seed")
 		dataDir := fs.String("data-dir", defaultDataDir("mirror"), "directory for state dumps of hash mismatches")
 		protocol := fs.String("protocol", "command", "command (every input reliably to every mirror, which all run it) or event (moves multicast unreliably, actions decided by the authority, consistent events from it; every mirror of a group must use the same)")
+		redundancy := fs.Int("move-redundancy", 3, "with -protocol event: earlier moves each move datagram repeats (0-7)")
 		delays := fs.String("delays", "0,50ms,150ms", "synchronizer delays, increasing (authority; the others take the group's), or 'auto' to re-tune the inner ones online")
 		history := fs.Duration("history", time.Second, "CRIMP history (at least the last delay; a silent mirror is dropped after 3/4 of it)")
 		fec := fs.Int("fec", 2, "earlier commands each CRIMP packet repeats (0-8)")
@@ -112,6 +113,9 @@ beyond the repetition) installs the authority's after the hash exchange.`, out)
 		}
 		if cfg.Protocol, err = mirror.ParseProtocol(*protocol); err != nil {
 			return fmt.Errorf("-protocol: %w", err)
+		}
+		if cfg.MoveRedundancy = *redundancy; *redundancy == 0 {
+			cfg.MoveRedundancy = -1 // none (the Config's zero is its default)
 		}
 		switch *authorityMode {
 		case "fixed":

@@ -45,27 +45,44 @@ func movesFromProto(m *mirrorpb.Moves) ([]Command, error) {
 	}
 	p := game.PlayerID(m.Player)
 	out := make([]Command, 0, len(m.Moves))
+	var stamp int64
+	var seq uint64
 	for i, mv := range m.Moves {
-		switch {
-		case mv == nil:
+		if mv == nil {
 			return nil, fmt.Errorf("move %d empty", i)
-		case mv.Stamp <= 0 || mv.Seq == 0 || mv.Seq >= maxCommandSeq:
-			return nil, fmt.Errorf("move %d: stamp %d seq %d", i, mv.Stamp, mv.Seq)
+		}
+		if i == 0 {
+			stamp, seq = mv.Stamp, mv.Seq
+		} else {
+			// Older than the one before: the differences.
+			if mv.Stamp < 0 || mv.Seq == 0 || mv.Seq >= seq {
+				return nil, fmt.Errorf("move %d: %d ns and %d numbers before the one before it", i, mv.Stamp, mv.Seq)
+			}
+			stamp, seq = stamp-mv.Stamp, seq-mv.Seq
+		}
+		switch {
+		case stamp <= 0 || seq == 0 || seq >= maxCommandSeq:
+			return nil, fmt.Errorf("move %d: stamp %d seq %d", i, stamp, seq)
 		case mv.X < -127 || mv.X > 127 || mv.Y < -127 || mv.Y > 127:
 			return nil, fmt.Errorf("move %d: (%d,%d) outside -127..127", i, mv.X, mv.Y)
 		}
-		c := Command{Command: game.Command{Stamp: mv.Stamp, Seq: mv.Seq, Op: game.CommandInput, Player: p,
+		c := Command{Command: game.Command{Stamp: stamp, Seq: seq, Op: game.CommandInput, Player: p,
 			Input: game.Input{Player: p, MoveX: int8(mv.X), MoveY: int8(mv.Y)}}}
 		out = append(out, c)
 	}
 	return out, nil
 }
 
-// movesMessage is the datagram of a player's newest moves (newest first).
+// movesMessage is the datagram of a player's newest moves (newest first,
+// each older one by its differences to the one before).
 func movesMessage(player game.PlayerID, moves []Command) *mirrorpb.PeerMessage {
 	m := &mirrorpb.Moves{Player: string(player)}
-	for _, c := range moves {
-		m.Moves = append(m.Moves, &mirrorpb.Move{Stamp: c.Stamp, Seq: c.Seq, X: int32(c.Input.MoveX), Y: int32(c.Input.MoveY)})
+	for i, c := range moves {
+		mv := &mirrorpb.Move{Stamp: c.Stamp, Seq: c.Seq, X: int32(c.Input.MoveX), Y: int32(c.Input.MoveY)}
+		if i > 0 {
+			mv.Stamp, mv.Seq = moves[i-1].Stamp-c.Stamp, moves[i-1].Seq-c.Seq
+		}
+		m.Moves = append(m.Moves, mv)
 	}
 	return &mirrorpb.PeerMessage{Body: &mirrorpb.PeerMessage_Moves{Moves: m}}
 }

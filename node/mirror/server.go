@@ -1007,6 +1007,7 @@ func (s *Server) Metrics() Stats {
 	st.Event = s.m.ev.stats()
 	if s.member != nil {
 		st.CRIMP = s.member.crimpMetrics().Counters()
+		st.CRIMPMeanLatency = s.member.crimpMetrics().MeanLatency()
 	}
 	for k, v := range s.confirmedRefusals() {
 		st.Refused[k] = v
@@ -1025,6 +1026,9 @@ type Stats struct {
 	Saves, SavesFailed             uint64
 	LeadingRollbacks               uint64
 	Event                          EventStats // the event protocol's
+	// CRIMPMeanLatency is the mean perceived latency of what CRIMP
+	// delivered to this mirror (receive time minus send time).
+	CRIMPMeanLatency time.Duration
 }
 
 // Inspect runs f with the synchronizer's leading and last states under the
