@@ -29,6 +29,7 @@ func runBenchMirror(ctx context.Context, args []string, out io.Writer) error {
 	delay := fs.Duration("delay", d.Link.Delay, "one-way delay of the mirror link")
 	jitter := fs.Duration("jitter", d.Link.Jitter, "uniform jitter added to the delay")
 	loss := fs.Float64("loss", d.Link.Loss, "loss rate of the mirror link (0-1)")
+	delays := fs.String("delays", "0,50ms,150ms", "synchronizer delays, increasing; on a lossy link the last must cover CRIMP's recovery (e.g. 0,100ms,1s)")
 	redundancy := fs.Int("move-redundancy", 0, "event protocol: earlier moves each move datagram repeats (0: the default 3, -1: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -38,6 +39,10 @@ func runBenchMirror(ctx context.Context, args []string, out io.Writer) error {
 	cfg.Link, cfg.MoveRedundancy = crimp.LinkParams{Delay: *delay, Jitter: *jitter, Loss: *loss}, *redundancy
 	if *loss < 0 || *loss >= 1 || *delay < 0 || *jitter < 0 {
 		return fmt.Errorf("bench mirror: -delay %v -jitter %v -loss %v: want non-negative times and a loss in [0, 1)", *delay, *jitter, *loss)
+	}
+	var err error
+	if cfg.Delays, err = parseDelays(*delays); err != nil {
+		return fmt.Errorf("bench mirror: -delays: %w", err)
 	}
 	cfg.Protocols = nil
 	for _, f := range strings.Split(*protocols, ",") {

@@ -72,6 +72,9 @@ type Config struct {
 	// MoveRedundancy is the event protocol's (mirror.Config; 0: its
 	// default).
 	MoveRedundancy int
+	// Delays are the synchronizers' (default mirror.DefaultDelays); on a
+	// lossy link the last must cover CRIMP's recovery.
+	Delays []time.Duration
 }
 
 // Default is the paper's setup.
@@ -262,13 +265,16 @@ func runOne(cfg Config, n int, protocol mirror.Protocol) (Row, error) {
 	for i := range 2 {
 		cc := crimp.DefaultConfig()
 		cc.FEC = cfg.FEC
+		if len(cfg.Delays) > 0 {
+			cc.History = max(time.Second, cfg.Delays[len(cfg.Delays)-1])
+		}
 		ep := mnet.Endpoint(fmt.Sprintf("m%d", i+1))
 		var key ed25519.PrivateKey
 		if i == 0 {
 			key = authKey
 		}
 		m, err := mirror.New(mirror.Config{
-			Game: cfg.World, Protocol: protocol, MoveRedundancy: cfg.MoveRedundancy, Authority: i == 0, AuthorityKey: key, AuthorityPublicKey: authPub, CRIMP: cc, Transport: ep, Clock: clock,
+			Game: cfg.World, Protocol: protocol, MoveRedundancy: cfg.MoveRedundancy, Delays: cfg.Delays, Authority: i == 0, AuthorityKey: key, AuthorityPublicKey: authPub, CRIMP: cc, Transport: ep, Clock: clock,
 			Spawn: func(f func()) { clock.AfterFunc(0, f) }, AccountKey: pub, Characters: chars,
 			FrameTicks: cfg.FrameTicks, Logger: log, Seed: cfg.Seed*10 + int64(i) + 1,
 		})
@@ -459,7 +465,11 @@ func runUntil(clock *crimp.SimClock, limit time.Duration, cond func() bool) bool
 func (r Report) Print(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "Mirror-mode bandwidth (Cronin et al. 2001, §2.6, table 2.3): n clients on one of two mirrors, bots, %v per n in simulated time,\n", c.Duration)
-	fmt.Fprintf(w, "updates every %d tick(s) at %d Hz, CRIMP FEC %d, mirror link %v ± %v, %.0f%% loss. kbps per client.\n", c.FrameTicks, c.World.TickRate, c.FEC, c.Link.Delay, c.Link.Jitter, c.Link.Loss*100)
+	delays := c.Delays
+	if len(delays) == 0 {
+		delays = mirror.DefaultDelays()
+	}
+	fmt.Fprintf(w, "updates every %d tick(s) at %d Hz, CRIMP FEC %d, mirror link %v ± %v, %.0f%% loss, delays %v. kbps per client.\n", c.FrameTicks, c.World.TickRate, c.FEC, c.Link.Delay, c.Link.Jitter, c.Link.Loss*100, delays)
 	for _, sum := range r.Summaries {
 		fmt.Fprintf(w, "\n%s protocol\n", sum.Protocol)
 		fmt.Fprintf(w, "%3s  %9s %9s %11s   %9s %9s %11s   %8s %8s %10s   %9s %8s %9s\n", "n", "a", "b", "update", "a wire", "b wire", "update wire",
