@@ -97,8 +97,8 @@ type Rates struct {
 type Row struct {
 	Protocol string
 	Clients  int
-	Payload Rates // per client
-	Wire    Rates // per client, with transport headers
+	Payload  Rates // per client
+	Wire     Rates // per client, with transport headers
 	// CommandsPerSecond and UpdatesPerSecond are per client.
 	CommandsPerSecond, UpdatesPerSecond float64
 	UpdateBytes                         float64 // mean payload of an update
