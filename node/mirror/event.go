@@ -3,6 +3,7 @@ package mirror
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -169,7 +170,10 @@ func (l *eventLog) addDecision(k actionKey, t uint64) {
 		l.decisions = map[actionKey]uint64{}
 	}
 	if len(l.decisions) >= maxLogDecisions {
-		return
+		// Forget the older half, by tick.
+		ticks := slices.Sorted(maps.Values(l.decisions))
+		cut := ticks[len(ticks)/2]
+		maps.DeleteFunc(l.decisions, func(_ actionKey, t uint64) bool { return t < cut })
 	}
 	l.decisions[k] = t
 }
@@ -391,7 +395,10 @@ func (s *Server) decide(key actionKey, now time.Time) {
 	cfg := s.sync.Config()
 	at := a.cmd.Stamp
 	tick := cfg.TickOf(at)
-	deadline := cfg.Epoch + int64(tick)*int64(cfg.TickPeriod) + int64(s.cfg.DecideWithin)
+	// Within the group's last delay: the decision must reach every mirror
+	// before its last state runs the tick.
+	within := min(s.cfg.DecideWithin, cfg.Delays[len(cfg.Delays)-1])
+	deadline := cfg.Epoch + int64(tick)*int64(cfg.TickPeriod) + int64(within)
 	if a.seen.UnixNano() > deadline || now.UnixNano() > deadline || tick <= s.sync.Last().Tick() {
 		// Late: a stand-in stamped now, in this tick, in canonical order
 		// with the others decided in it.

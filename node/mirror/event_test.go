@@ -334,3 +334,47 @@ func TestEventRotatingAuthority(t *testing.T) {
 		t.Fatalf("after the take-over: %d agreeing checkpoints; %s", n, bad)
 	}
 }
+
+// TestRespawnHome: under either protocol a dead player who asks to come
+// back at home (a game.CommandRespawn from its ingress, the one rule of
+// both) respawns in its home region, at the same place on every mirror.
+func TestRespawnHome(t *testing.T) {
+	for _, p := range []Protocol{ProtocolCommand, ProtocolEvent} {
+		t.Run(p.String(), func(t *testing.T) {
+			c := newCluster(t, clusterOpts{mirrors: 2, link: crimp.LinkParams{Delay: 5 * time.Millisecond}, seed: 5,
+				delays: []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond}, history: time.Second,
+				tweak: func(_ int, cfg *Config) { cfg.Protocol = p }})
+			w, err := game.NewWorld(c.game)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ann := c.player("ann")
+			id := game.PlayerID(ann.account)
+			home := w.HomeRegion(id)
+			away := game.RegionCoord{X: (home.X + 1) % c.game.RegionsX, Y: home.Y}
+			// A starving character with one health left dies at the next
+			// hunger tick, away from home.
+			if _, err := c.chars.Save(t.Context(), ann.tok, game.Character{Pos: w.SpawnPoint(id, away, 0), Health: 1, Hunger: game.MaxHunger, Skill: 10}, 0); err != nil {
+				t.Fatal(err)
+			}
+			lc := c.connect(1, ann)
+			c.runUntil(20*time.Second, "ann dead", func() bool { v := lc.View(); return v.HasSelf && !v.Self.Alive })
+			lc.SendInput(game.Input{}, true)
+			c.runUntil(time.Minute, "ann back at home on both mirrors", func() bool {
+				for i := range c.mirrors {
+					p, ok := playerIn(c, i, id)
+					if !ok || !p.Alive || w.RegionOf(p.Pos) != home {
+						return false
+					}
+				}
+				return true
+			})
+			p0, _ := playerIn(c, 0, id)
+			p1, _ := playerIn(c, 1, id)
+			if p0.Pos != p1.Pos {
+				t.Fatalf("ann respawned at %v on mirror 1, %v on mirror 2", p0.Pos, p1.Pos)
+			}
+			t.Logf("ann respawned at home %v (%v), having died in %v", home, p0.Pos, away)
+		})
+	}
+}
