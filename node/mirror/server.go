@@ -704,7 +704,7 @@ func (s *Server) deliverPeer(d crimp.Delivery) {
 
 // deliver files a command from another mirror (or a transfer) at now.
 func (s *Server) deliver(cmd Command, now time.Time) {
-	if s.sync.Config().TickOf(cmd.Stamp) <= s.base {
+	if s.sync.Config().TickOf(cmd.At()) <= s.base {
 		// CRIMP recovers what the group sent before this mirror joined;
 		// what is older than the transferred state is in that state (or
 		// was too late for the authority too).
