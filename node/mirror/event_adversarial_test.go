@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"crypto/ed25519"
+	"math/rand"
 	"testing"
 	"time"
 
@@ -148,4 +149,68 @@ func TestEventAdversarialMoves(t *testing.T) {
 		t.Logf("mirror %d: %d refused as not the ingress's, %d as the wrong protocol", i+1, st.Refused[refusedNotIngress], st.Refused[refusedProtocol])
 	}
 	goesOn(t, c)
+}
+
+// TestEventRotateForgedDecisions: with a rotating authority, decisions and
+// consistent events count only with the key CRIMP bound to the mirror
+// holding the duty: signed in the holder's name with another mirror's key,
+// the holder's genuine ones sent by another mirror, or a non-holder's own
+// (kept a history in case the duty moves to it, then refused): each is
+// refused and counted, and none is taken.
+func TestEventRotateForgedDecisions(t *testing.T) {
+	keys := make([]ed25519.PrivateKey, 3)
+	o := eventOpts(rotateOpts())
+	tweak := o.tweak
+	o.tweak = func(i int, c *Config) {
+		tweak(i, c)
+		_, keys[i], _ = ed25519.GenerateKey(rand.New(rand.NewSource(int64(80 + i))))
+		c.MemberKey = keys[i]
+	}
+	c := newCluster(t, o)
+	victim := c.player("victim")
+	c.bot(1, victim, 3)
+	c.run(3 * time.Second)
+	id := game.PlayerID(victim.account)
+	now := c.clock.Now().UnixNano()
+	action := Command{Command: game.Command{Stamp: now, Mirror: 2, Seq: 1 << 40, Op: game.CommandInput, Player: id,
+		Input: game.Input{Player: id, Eat: true}}, Decision: now}
+	dm, err := decisionsMessage([]Command{action})
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := lastTick(c.mirrors[1]) + 300
+	cm := consistentMessages(far, []game.Event{{Tick: far, Kind: game.EventDied, Player: id}})[0]
+	forgeries := []struct {
+		from    crimp.MemberID
+		payload []byte
+		reason  string
+	}{
+		{1, signedPeerMessage(keys[2], dm), refusedAuthoritySignature},
+		{1, signedPeerMessage(keys[2], cm), refusedAuthoritySignature},
+		{3, signedPeerMessage(keys[0], dm), refusedAuthoritySignature},
+		{3, signedPeerMessage(keys[2], dm), refusedAuthorityUnsigned},
+		{3, signedPeerMessage(keys[2], cm), refusedAuthorityUnsigned},
+	}
+	for i, f := range forgeries {
+		before := c.mirrors[1].Metrics().Refused[f.reason]
+		c.clock.AfterFunc(0, func() {
+			c.mirrors[1].onDeliver(crimp.Delivery{Key: crimp.Key{Source: f.from, Seq: uint32(1000 + i)}, Payload: f.payload})
+		})
+		c.run(1500 * time.Millisecond)
+		if after := c.mirrors[1].Metrics().Refused[f.reason]; after != before+1 {
+			t.Errorf("forgery %d from mirror %d: %s counted %d, then %d", i, f.from, f.reason, before, after)
+		}
+	}
+	s := c.mirrors[1]
+	s.locked(func() {
+		if _, ok := s.ev.decided.tickOf(actionKey{2, 1 << 40}); ok {
+			t.Error("mirror 2 took a forged decision")
+		}
+	})
+	if _, ok := s.AuthoritativeLog().Ticks[far]; ok {
+		t.Error("mirror 2 logged a forged consistent event")
+	}
+	if n, bad := c.agreement(); n < 1 || bad != "" {
+		t.Fatalf("%d ticks compared, %s", n, bad)
+	}
 }
