@@ -10,6 +10,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/cmd/overworld/internal/rungroup"
 	"github.com/overworld-p2p/overworld/game/demo"
+	"github.com/overworld-p2p/overworld/node/mirror"
 )
 
 func init() { extraCommands = append(extraCommands, demoCommand()) }
@@ -33,6 +34,7 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		metricsF := addMetricsFlags(fs, "127.0.0.1:0", "")
 		logF := addLogFlags(fs, "warn")
 		mode := fs.String("mode", "p2p", "p2p (peers on the libp2p overlay) or mirror (three mirrors over in-memory CRIMP, bots on each)")
+		protocol := fs.String("protocol", "command", "with -mode mirror: command (every input reliably to every mirror) or event (moves unreliably, actions decided by the authority)")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -51,11 +53,18 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		if n == 0 {
 			n = -1 // demo.Config: zero means the default
 		}
+		if *mode != "mirror" && *protocol != "command" {
+			return errors.New("-protocol is mirror mode's (-mode mirror)")
+		}
+		var proto mirror.Protocol
 		switch *mode {
 		case "p2p":
 		case "mirror":
 			if *aggregate {
 				return errors.New("-aggregate is position multicast's mode (-mode p2p); mirror mode has no region coordinators")
+			}
+			if proto, err = mirror.ParseProtocol(*protocol); err != nil {
+				return fmt.Errorf("-protocol: %w", err)
 			}
 		default:
 			return fmt.Errorf("-mode %q: want p2p or mirror", *mode)
@@ -72,6 +81,7 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		cfg := demo.Config{
 			Bots: n, HTTP: *httpAddr, RegionsX: g.RegionsX, RegionsY: g.RegionsY, Seed: g.Seed, Name: *name,
 			DataDir: *dataDir, NoAccounts: *noAccounts, Aggregate: *aggregate, Logger: log, Registerer: reg,
+			MirrorProtocol: proto,
 		}
 		var network demoNetwork
 		if *mode == "mirror" {

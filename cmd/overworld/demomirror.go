@@ -12,7 +12,7 @@ import (
 // startMirrorDemo is `demo -mode mirror`: it prints where the page and the
 // mirrors are.
 func startMirrorDemo(ctx context.Context, out io.Writer, cfg demo.Config) (demoNetwork, error) {
-	fmt.Fprintf(out, "starting the account server, %d mirrors, the bots and your player…\n", demo.MirrorMirrors)
+	fmt.Fprintf(out, "starting the account server, %d mirrors (%s protocol), the bots and your player…\n", demo.MirrorMirrors, cfg.MirrorProtocol)
 	d, err := demo.StartMirror(ctx, cfg)
 	if err != nil {
 		return nil, err

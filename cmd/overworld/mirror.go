@@ -47,7 +47,15 @@ rotates among the mirrors with the rotating arbiter (paper 003), and passes
 to the others when its holder dies. Each mirror then signs what it decides
 while it holds the duty with a key of its own (made at start; no key flags),
 every mirror serves state transfers (-state-listen, -state-advertise), and
--authority only marks the mirror that starts the game.`, out)
+-authority only marks the mirror that starts the game.
+
+With -protocol event the mirrors run the event-based protocol of the paper's
+§3.3.4 instead of the command-based one: moves go to every mirror unreliably
+(each datagram repeats the player's last moves), eating, picking up and
+attacking run at once on every mirror and are decided by the authority, whose
+decisions and consistent events (damage, deaths, respawns, regrowth) every
+mirror takes only with its signature; a mirror whose state strays (moves lost
+beyond the repetition) installs the authority's after the hash exchange.`, out)
 		authorityF := addAuthorityFlags(fs)
 		crimpF := addCRIMPFlags(fs)
 		stateF := addStateFlags(fs)
@@ -55,6 +63,8 @@ every mirror serves state transfers (-state-listen, -state-advertise), and
 		listen := fs.String("listen", "127.0.0.1:8650", "address for clients (/ws) and probes (/metrics, /healthz, /readyz)")
 		shapeF := addWorldShapeFlags(fs, "8x8", "")
 		dataDir := fs.String("data-dir", defaultDataDir("mirror"), "directory for state dumps of hash mismatches")
+		protocol := fs.String("protocol", "command", "command (every input reliably to every mirror, which all run it) or event (moves multicast unreliably, actions decided by the authority, consistent events from it; every mirror of a group must use the same)")
+		redundancy := fs.Int("move-redundancy", 3, "with -protocol event: earlier moves each move datagram repeats (0-7)")
 		delays := fs.String("delays", "0,50ms,150ms", "synchronizer delays, increasing (authority; the others take the group's), or 'auto' to re-tune the inner ones online")
 		maxSkew := fs.Duration("max-skew", 5*time.Millisecond, "largest clock offset between mirrors before /readyz fails; stamps later than now+this are refused")
 		saveEvery := fs.Duration("save-every", 30*time.Second, "how often players' characters are saved")
@@ -78,6 +88,12 @@ every mirror serves state transfers (-state-listen, -state-advertise), and
 			Game: g, MaxSkew: *maxSkew, SaveEvery: *saveEvery, DataDir: *dataDir,
 			AccountKey: pub, Characters: &mirror.AccountServer{URL: *accountF.url, Key: pub, Game: g},
 			CRIMP: crimpF.config(), Logger: log,
+		}
+		if cfg.Protocol, err = mirror.ParseProtocol(*protocol); err != nil {
+			return fmt.Errorf("-protocol: %w", err)
+		}
+		if cfg.MoveRedundancy = *redundancy; *redundancy == 0 {
+			cfg.MoveRedundancy = -1 // none (the Config's zero is its default)
 		}
 		if err := authorityF.apply(&cfg, *dataDir, out); err != nil {
 			return err

@@ -41,6 +41,7 @@ import (
 	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/mirror"
 )
 
 // Config sizes the demo.
@@ -72,6 +73,9 @@ type Config struct {
 	// SaveEvery is the gap between two saves of each character (default
 	// play's, 30 s).
 	SaveEvery time.Duration
+	// MirrorProtocol is the mirror-mode demo's protocol (StartMirror):
+	// the command protocol (default) or the event protocol.
+	MirrorProtocol mirror.Protocol
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Registerer, if set, takes the interactive player's metrics: its

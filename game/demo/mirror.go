@@ -26,7 +26,8 @@ const MirrorMirrors = 3
 
 // MirrorDemo is mirror mode in one process: the account server, three
 // mirrors on an in-memory CRIMP network (mirror 1 the authority, 2 and 3
-// joined through it with a state transfer), bots spread over the mirrors,
+// joined through it with a state transfer; Config.MirrorProtocol picks the
+// command or the event protocol), bots spread over the mirrors,
 // each a WebSocket client of its mirror, and the interactive player's page,
 // which plays through mirror 2 and moves to the next mirror if it loses
 // one. Every character starts in the world's middle region, so there is
@@ -117,7 +118,7 @@ func StartMirror(ctx context.Context, cfg Config) (_ *MirrorDemo, err error) {
 			key = authKey
 		}
 		m, err := mirror.New(mirror.Config{
-			Game: g, Authority: i == 0, AuthorityKey: key, AuthorityPublicKey: authPub, Transport: md.net.Endpoint(fmt.Sprintf("m%d", i+1)),
+			Game: g, Protocol: cfg.MirrorProtocol, Authority: i == 0, AuthorityKey: key, AuthorityPublicKey: authPub, Transport: md.net.Endpoint(fmt.Sprintf("m%d", i+1)),
 			AccountKey: pub, Characters: &mirror.AccountServer{URL: d.AccountsURL, Key: pub, Game: g},
 			DataDir: fmt.Sprintf("%s/mirror-%d", d.cfg.DataDir, i+1), SaveEvery: 15 * time.Second,
 			ReleaseAfter: 15 * time.Second, Logger: d.log.With("mirror", i+1), Registerer: playerMirrorRegisterer(cfg, i),

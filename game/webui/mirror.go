@@ -27,4 +27,14 @@ type MirrorStatus struct {
 	// mirror agrees on.
 	LeadingTick   uint64 `json:"leadingTick"`
 	ConfirmedTick uint64 `json:"confirmedTick"`
+	// Protocol is "event" under the event protocol (empty under the
+	// command protocol); then Decided counts the authority's decisions the
+	// mirror took in, DecidedLate those put in a later tick than their
+	// own, Undecided actions no decision reached, Reconciled guesses taken
+	// back.
+	Protocol    string `json:"protocol,omitempty"`
+	Decided     uint64 `json:"decided,omitempty"`
+	DecidedLate uint64 `json:"decidedLate,omitempty"`
+	Undecided   uint64 `json:"undecided,omitempty"`
+	Reconciled  uint64 `json:"reconciled,omitempty"`
 }

@@ -21,7 +21,9 @@
 // when an interval falls off the end its packets are forgotten and its
 // recoveries cancelled, and nothing older than the history is delivered.
 // Optionally each data packet also carries the previous k payloads (FEC), so
-// a single loss needs no round trip at all.
+// a single loss needs no round trip at all. Beside the reliable stream,
+// SendUnreliable multicasts a datagram once (no number, no recovery): the
+// event protocol's moves, which want low latency more than reliability.
 //
 // Ages are measured against the sender's timestamp, so members' clocks must
 // be synchronized (NTP on the mirrors' private network), as TSS requires

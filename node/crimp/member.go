@@ -73,6 +73,22 @@ func (m *Member) Send(payload []byte) error {
 	return nil
 }
 
+// SendUnreliable multicasts payload once, unreliably (Node.SendUnreliable).
+func (m *Member) SendUnreliable(payload []byte) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return errors.New("crimp: member closed")
+	}
+	r, err := m.node.SendUnreliable(m.clock.Now(), payload)
+	if err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	m.finish(r)
+	return nil
+}
+
 // Join starts the join handshake through the authority; EventJoined or
 // EventDenied reports the outcome.
 func (m *Member) Join() error {

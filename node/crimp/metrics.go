@@ -18,8 +18,11 @@ type Metrics struct {
 	DeliveredRepair atomic.Uint64 // ... of which recovered from a repair
 	Duplicates      atomic.Uint64 // copies of already resolved packets received (data, FEC or repair)
 	Late            atomic.Uint64 // packets that arrived after their history ended (not delivered)
-	Losses          atomic.Uint64 // losses given up when their history interval expired
-	Abandoned       atomic.Uint64 // outstanding losses cancelled because their sender was dropped or skipped
+
+	DatagramsSent      atomic.Uint64 // unreliable payloads sent (SendUnreliable)
+	DatagramsDelivered atomic.Uint64 // ... received and delivered
+	Losses             atomic.Uint64 // losses given up when their history interval expired
+	Abandoned          atomic.Uint64 // outstanding losses cancelled because their sender was dropped or skipped
 
 	LossesDetected      atomic.Uint64 // sequence numbers declared lost (N-out-of-order or session)
 	RequestsSent        atomic.Uint64 // recovery requests (NAKs) sent
@@ -185,6 +188,8 @@ func (m *Metrics) counters() []namedCounter {
 		{"delivered_repair", "Payloads delivered from a repair.", &m.DeliveredRepair},
 		{"duplicates", "Copies of already resolved packets received.", &m.Duplicates},
 		{"late", "Packets that arrived after their history ended.", &m.Late},
+		{"datagrams_sent", "Unreliable payloads sent.", &m.DatagramsSent},
+		{"datagrams_delivered", "Unreliable payloads delivered.", &m.DatagramsDelivered},
 		{"losses", "Losses given up when their history expired.", &m.Losses},
 		{"abandoned", "Outstanding losses cancelled with their sender.", &m.Abandoned},
 		{"losses_detected", "Sequence numbers declared lost.", &m.LossesDetected},

@@ -25,6 +25,10 @@ const (
 	ViaOriginal Via = iota + 1
 	ViaFEC
 	ViaRepair
+	// ViaDatagram: an unreliable payload (SendUnreliable). Its Key's Seq is
+	// 0: datagrams are not numbered, and a copy may arrive more than once
+	// or not at all.
+	ViaDatagram
 )
 
 func (v Via) String() string {
@@ -35,6 +39,8 @@ func (v Via) String() string {
 		return "fec"
 	case ViaRepair:
 		return "repair"
+	case ViaDatagram:
+		return "datagram"
 	}
 	return "invalid"
 }
@@ -318,6 +324,23 @@ func (n *Node) Send(now time.Time, payload []byte) (Ready, error) {
 	return n.ready(), nil
 }
 
+// SendUnreliable multicasts payload once as a datagram: no sequence
+// number, no FEC, nothing stored, requested or repaired. What the paper's
+// event protocol sends unreliably (moves) goes this way; a receiver gets
+// it at most once per copy sent, or not at all.
+func (n *Node) SendUnreliable(now time.Time, payload []byte) (Ready, error) {
+	if n.id == 0 {
+		return Ready{}, ErrNotMember
+	}
+	if len(payload) > MaxPayload {
+		return Ready{}, fmt.Errorf("crimp send unreliable: payload of %d bytes over the %d limit", len(payload), MaxPayload)
+	}
+	n.advance(now)
+	n.emit(&Packet{Kind: KindDatagram, Payload: append([]byte(nil), payload...)})
+	n.metrics.DatagramsSent.Add(1)
+	return n.ready(), nil
+}
+
 // Join starts (or restarts) the join handshake: request-join on the group,
 // retried with exponential backoff until the authority answers.
 func (n *Node) Join(now time.Time) (Ready, error) {
@@ -442,7 +465,22 @@ func (n *Node) handle(from netip.AddrPort, p *Packet, raw []byte) {
 		n.onSession(src, p)
 	case KindDrop:
 		n.onDrop(p.Member)
+	case KindDatagram:
+		n.onDatagram(src, p)
 	}
+}
+
+// onDatagram hands an unreliable payload to the application, unless it is
+// older than the history (as no data packet is delivered later).
+func (n *Node) onDatagram(src *source, p *Packet) {
+	if age := n.now.Sub(time.Unix(0, p.Time)); age > n.cfg.History {
+		n.metrics.Late.Add(1)
+		return
+	}
+	n.metrics.DatagramsDelivered.Add(1)
+	n.out.Deliveries = append(n.out.Deliveries, Delivery{
+		Key: Key{Source: src.id}, SentAt: time.Unix(0, p.Time), ReceivedAt: n.now, Payload: p.Payload, Via: ViaDatagram,
+	})
 }
 
 // advance moves the clock to now: expired intervals leave the history, then

@@ -381,3 +381,49 @@ func TestSuppression(t *testing.T) {
 		t.Fatalf("repairs suppressed %d", got)
 	}
 }
+
+// Datagrams (SendUnreliable) reach each member at most once per copy, are
+// never requested or repaired, and are lost at the link's rate; a
+// non-member cannot send one.
+func TestDatagramsAreUnreliable(t *testing.T) {
+	const members, sent = 3, 2000
+	c := newStaticCluster(t, members, 5, LinkParams{Delay: 2 * time.Millisecond, Jitter: 3 * time.Millisecond, Loss: 0.10}, nil)
+	got := make([]int, members)
+	for i, m := range c.members {
+		m.onDeliver = func(d Delivery) {
+			if d.Via != ViaDatagram || d.Seq != 0 || d.Source != 1 || string(d.Payload) != "move" {
+				t.Errorf("member %d: delivery %+v", i+1, d)
+			}
+			got[i]++
+		}
+	}
+	c.clock.RunFor(300 * time.Millisecond)
+	for n := range sent {
+		c.clock.AfterFunc(time.Duration(n)*5*time.Millisecond, func() {
+			if err := c.members[0].SendUnreliable([]byte("move")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	c.clock.RunFor(sent*5*time.Millisecond + c.history)
+	for i := 1; i < members; i++ {
+		m := c.members[i].Metrics()
+		t.Logf("member %d got %d of %d datagrams", i+1, got[i], sent)
+		if got[i] == sent || got[i] < sent*8/10 || uint64(got[i]) != m.DatagramsDelivered.Load() {
+			t.Errorf("member %d got %d of %d datagrams at 10%% loss (metric %d)", i+1, got[i], sent, m.DatagramsDelivered.Load())
+		}
+		if m.RequestsSent.Load() != 0 || m.LossesDetected.Load() != 0 {
+			t.Errorf("member %d asked for datagrams again: %d requests, %d losses detected", i+1, m.RequestsSent.Load(), m.LossesDetected.Load())
+		}
+	}
+	if n := c.members[0].Metrics().DatagramsSent.Load(); n != sent {
+		t.Errorf("sent %d datagrams, metric says %d", sent, n)
+	}
+	outsider, err := New(Config{AuthorityPublicKey: testAuthorityPub}, rand.New(rand.NewSource(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outsider.SendUnreliable(c.clock.Now(), []byte("x")); err != ErrNotMember {
+		t.Errorf("a non-member's datagram: %v, want ErrNotMember", err)
+	}
+}

@@ -30,6 +30,7 @@ import (
 //	handover     len u16 | authority state (AuthorityState.MarshalBinary) | signature
 //	vote         epoch u64 | candidate u32 | vote signature
 //	takeover     epoch u64 | nextID u32 | n u8 | n × (voter u32 | vote signature) | signature
+//	datagram     len u16 | payload
 //
 // where key and holderKey are len u8 (0 or 32) | ed25519 public key, and
 // cert is len u8 (0 or 64) | the group key's signature over the key.
@@ -97,11 +98,14 @@ const (
 	KindHandover
 	KindVote
 	KindTakeover
+	// KindDatagram is an unreliable payload: multicast once, never
+	// numbered, stored, requested or repaired (Node.SendUnreliable).
+	KindDatagram
 	kindEnd
 )
 
 var kindNames = [...]string{"invalid", "data", "request", "repair", "session", "request-join", "establish", "deny", "drop",
-	"handover", "vote", "takeover"}
+	"handover", "vote", "takeover", "datagram"}
 
 func (k Kind) String() string {
 	if k < kindEnd {
@@ -156,7 +160,7 @@ type Packet struct {
 	Source  MemberID // request, repair: the original sender of the data
 	Seq     uint32   // data, request, repair
 	SentAt  int64    // repair: original send time of the data
-	Payload []byte   // data, repair
+	Payload []byte   // data, repair, datagram
 	FEC     []Redundant
 
 	NextSeq   uint32 // session: the next sequence number the sender will use
@@ -308,6 +312,8 @@ func Decode(b []byte) (*Packet, error) {
 		p.HolderKey, p.Cert = r.sized(KeySize), r.sized(CertSize)
 	case KindDrop:
 		p.Member, p.Epoch = MemberID(r.u32()), r.u64()
+	case KindDatagram:
+		p.Payload = r.bytes16(MaxPayload)
 	case KindHandover:
 		if st := r.bytes16(maxAuthorityStateSize); r.err == nil {
 			a, err := UnmarshalAuthorityState(st)
@@ -542,6 +548,8 @@ func (p *Packet) Encode(dst []byte) ([]byte, error) {
 	case KindDrop:
 		dst = binary.BigEndian.AppendUint32(dst, uint32(p.Member))
 		dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
+	case KindDatagram:
+		dst = appendBytes16(dst, p.Payload)
 	case KindHandover:
 		st, err := p.Authority.MarshalBinary()
 		if err != nil {

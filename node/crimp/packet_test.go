@@ -40,6 +40,8 @@ func samplePackets() []*Packet {
 			Members: []MemberKey{{1, testKey(1)}, {3, testKey(3)}}, Dropped: []MemberID{2, 8}}, Signature: testSignature},
 		{Kind: KindVote, Sender: 3, Time: 15, Epoch: 6, Member: 3, VoteSig: testSignature},
 		{Kind: KindTakeover, Sender: 3, Time: 16, Epoch: 6, NextID: 9, Votes: []Vote{{1, testSignature}, {3, testSignature}}, Signature: testSignature},
+		{Kind: KindDatagram, Sender: 3, Time: 17, Payload: []byte("move")},
+		{Kind: KindDatagram, Sender: 2, Time: 18},
 	}
 }
 

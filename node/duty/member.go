@@ -69,6 +69,11 @@ func (m *Member) Send(payload []byte) error {
 	return m.call(func() (Ready, error) { return m.node.Send(m.clock.Now(), payload) })
 }
 
+// SendUnreliable multicasts an application payload once, unreliably.
+func (m *Member) SendUnreliable(payload []byte) error {
+	return m.call(func() (Ready, error) { return m.node.SendUnreliable(m.clock.Now(), payload) })
+}
+
 // Claim asks the arbiter on duty for resource r.
 func (m *Member) Claim(r arbiter.ResourceID) error {
 	return m.call(func() (Ready, error) { return m.node.Claim(m.clock.Now(), r) })

@@ -191,6 +191,19 @@ func (n *Node) Send(now time.Time, payload []byte) (Ready, error) {
 	return n.ready(now), nil
 }
 
+// SendUnreliable multicasts an application payload once, unreliably.
+func (n *Node) SendUnreliable(now time.Time, payload []byte) (Ready, error) {
+	if len(payload) > MaxPayload {
+		return Ready{}, fmt.Errorf("duty send unreliable: %d bytes over %d", len(payload), MaxPayload)
+	}
+	r, err := n.crimp.SendUnreliable(now, append([]byte{tagApp}, payload...))
+	if err != nil {
+		return Ready{}, err
+	}
+	n.absorb(now, r)
+	return n.ready(now), nil
+}
+
 // Claim asks the arbiter on duty for resource r (EventGrant or EventDeny
 // answers it).
 func (n *Node) Claim(now time.Time, r arbiter.ResourceID) (Ready, error) {

@@ -86,18 +86,23 @@ type ClientEvent struct {
 
 // MirrorStatus is the mirror's status as the client last heard it.
 type MirrorStatus struct {
-	Mirror, Authority    uint32
-	Members              []uint32
-	Rollbacks            uint64
-	LeadingRollbacks     uint64
-	CheckpointTick       uint64
-	Agreed, Mismatched   uint64
-	Resyncs, TooLate     uint64
-	MaxSkew              time.Duration
-	Delays               []time.Duration
-	Agreeing             bool // the latest comparison found no new mismatch
-	lastMismatchedSeen   uint64
-	lastCheckpointChange uint64
+	Mirror, Authority  uint32
+	Members            []uint32
+	Rollbacks          uint64
+	LeadingRollbacks   uint64
+	CheckpointTick     uint64
+	Agreed, Mismatched uint64
+	Resyncs, TooLate   uint64
+	MaxSkew            time.Duration
+	Delays             []time.Duration
+	Agreeing           bool // the latest comparison found no new mismatch
+	// The event protocol's ("event"; empty under the command protocol):
+	// decisions the mirror took in, of them decided late, actions never
+	// decided, guesses taken back.
+	Protocol                                    string
+	Decided, DecidedLate, Undecided, Reconciled uint64
+	lastMismatchedSeen                          uint64
+	lastCheckpointChange                        uint64
 }
 
 // ErrClosedByMirror wraps the fatal error a mirror ended the session with.
@@ -220,7 +225,8 @@ func (c *ClientCore) update(u *mirrorpb.Update, now time.Time) {
 			Mirror: st.Mirror, Authority: st.Authority, Members: slices.Clone(st.Members),
 			Rollbacks: st.Rollbacks, LeadingRollbacks: st.LeadingRollbacks, CheckpointTick: st.CheckpointTick,
 			Agreed: st.Agreed, Mismatched: st.Mismatched, Resyncs: st.Resyncs, TooLate: st.TooLate,
-			MaxSkew: time.Duration(st.MaxSkewNs),
+			MaxSkew: time.Duration(st.MaxSkewNs), Protocol: st.Protocol,
+			Decided: st.Decided, DecidedLate: st.DecidedLate, Undecided: st.Undecided, Reconciled: st.Reconciled,
 		}
 		for _, d := range st.DelaysNs {
 			v.Status.Delays = append(v.Status.Delays, time.Duration(d))

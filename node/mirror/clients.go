@@ -197,6 +197,9 @@ type LocalClient struct {
 	err    error
 	bot    *game.Bot
 	botRun bool
+	// onFrame, if set, sees every frame from the mirror as it arrives
+	// (tests measure update ages with it).
+	onFrame func(frame []byte, at time.Time)
 
 	BytesIn, BytesOut, FramesIn, FramesOut uint64 // guarded by mu
 }
@@ -239,6 +242,9 @@ func (c *LocalClient) receive(frame []byte) {
 	}
 	c.BytesIn += uint64(len(frame))
 	c.FramesIn++
+	if c.onFrame != nil {
+		c.onFrame(frame, c.clock.Now())
+	}
 	replies, err := c.core.Handle(frame, c.clock.Now())
 	if err != nil {
 		c.closed = true

@@ -47,6 +47,20 @@ type Config struct {
 	// lan). Players, Holder and Epoch are filled in.
 	Announce  *duty.Announcement
 	Discovery crimp.Transport
+	// Protocol is how the mirrors keep one world: the command protocol
+	// (default: every input reliably to every mirror) or the event
+	// protocol (moves unreliably, actions decided by the authority; see
+	// event.go). Every mirror of a group runs the same one: a state
+	// transfer from a group of the other protocol is refused.
+	Protocol Protocol
+	// MoveRedundancy is how many earlier moves of the same player each
+	// move datagram repeats (event protocol; default 3, at most 7; -1 for
+	// none).
+	MoveRedundancy int
+	// DecideWithin is how long after an action's tick the authority still
+	// decides it in that tick (event protocol; default half the last
+	// delay); a later action is decided in the tick it arrives in.
+	DecideWithin time.Duration
 	// Delays are the synchronizer's delays (default 0, 50 ms, 150 ms).
 	// Only the authority's count: a joining mirror takes the group's from
 	// the state transfer.
@@ -139,6 +153,12 @@ func (c Config) withDefaults() Config {
 	if c.CRIMP.History == 0 {
 		c.CRIMP.History = max(time.Second, c.Delays[len(c.Delays)-1])
 	}
+	if c.MoveRedundancy == 0 {
+		c.MoveRedundancy = 3
+	}
+	if c.DecideWithin == 0 {
+		c.DecideWithin = c.Delays[len(c.Delays)-1] / 2
+	}
 	if c.StateListen == "" {
 		c.StateListen = "127.0.0.1:0"
 	}
@@ -215,6 +235,15 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("AuthorityPublicKey of %d bytes, want an ed25519 public key (%d)", len(c.AuthorityPublicKey), ed25519.PublicKeySize))
 	case c.Authority && !c.AuthorityPublicKey.Equal(c.AuthorityKey.Public()):
 		errs = append(errs, errors.New("AuthorityPublicKey does not match AuthorityKey"))
+	}
+	if c.Protocol != ProtocolCommand && c.Protocol != ProtocolEvent {
+		errs = append(errs, fmt.Errorf("Protocol %d: want ProtocolCommand or ProtocolEvent", c.Protocol))
+	}
+	if c.MoveRedundancy < -1 || c.MoveRedundancy > maxMoves-1 {
+		errs = append(errs, fmt.Errorf("MoveRedundancy %d outside [-1, %d]", c.MoveRedundancy, maxMoves-1))
+	}
+	if last := c.Delays[len(c.Delays)-1]; c.DecideWithin < 0 || c.DecideWithin > last {
+		errs = append(errs, fmt.Errorf("DecideWithin %v outside [0, the last delay %v]: a decision must reach the mirrors before their last state runs its tick", c.DecideWithin, last))
 	}
 	if c.MaxSkew < 0 || c.MaxSkew > time.Second {
 		errs = append(errs, fmt.Errorf("MaxSkew %v outside [0, 1s]", c.MaxSkew))

@@ -56,6 +56,9 @@ func TestConfigValidate(t *testing.T) {
 		{"frame ticks", func(c *Config) { c.FrameTicks = 31 }, "FrameTicks 31 outside [1, 30]"},
 		{"no transport", func(c *Config) { c.Transport = nil }, "no CRIMP Transport"},
 		{"no world", func(c *Config) { c.Game = game.Config{} }, "game:"},
+		{"unknown protocol", func(c *Config) { c.Protocol = 7 }, "Protocol 7"},
+		{"move redundancy", func(c *Config) { c.MoveRedundancy = 8 }, "MoveRedundancy 8 outside [-1, 7]"},
+		{"deciding after the last state", func(c *Config) { c.DecideWithin = 200 * ms }, "DecideWithin 200ms outside [0, the last delay 150ms]"},
 	} {
 		c := base()
 		tc.tweak(&c)
@@ -78,7 +81,7 @@ func TestTransferSignature(t *testing.T) {
 	_, otherKey, _ := ed25519.GenerateKey(nil)
 	st := NewState(mustWorld(t), 1)
 	cfg := tss.Config{Epoch: 1000, TickPeriod: time.Second / 30, Delays: DefaultDelays(), MaxSkew: time.Millisecond}
-	b, err := encodeTransfer(1, cfg, st, nil, 2000)
+	b, err := encodeTransfer(1, ProtocolCommand, cfg, st, nil, 2000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,14 @@
 // and when a player leaves (read at the tick before the leave, so the save
 // holds everything up to it).
 //
+// Protocols (Config.Protocol): the above is the command protocol (the
+// paper's §3.3.3). Under the event protocol (§3.3.4, event.go) the ingress
+// sends moves unreliably (CRIMP datagrams repeating the player's last
+// moves) and actions reliably; every state but the last guesses actions at
+// once, the authority decides them and multicasts its decisions and its
+// last state's consistent events, signed, and the last state runs actions
+// only as decided. The hash exchange and its repair serve both.
+//
 // Clocks: the skew to every other mirror is measured from CRIMP's session
 // packets (an NTP exchange out of the session echoes) and exported; a
 // command stamped beyond now + MaxSkew is refused, and /readyz fails while

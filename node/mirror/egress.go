@@ -216,6 +216,7 @@ func (s *Server) status() *mirrorpb.MirrorStatus {
 	for _, d := range s.sync.Config().Delays {
 		st.DelaysNs = append(st.DelaysNs, int64(d))
 	}
+	s.eventStatus(st)
 	return st
 }
 

@@ -69,8 +69,9 @@ func FuzzClientCore(f *testing.F) {
 var fuzzAuthority = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
 
 // FuzzDecodePeerMessage: a CRIMP payload either fails cleanly or decodes
-// to exactly one valid command or checkpoint; what decodes as signed is a
-// release or a checkpoint.
+// to exactly one valid command, checkpoint, set of moves, decisions or
+// consistent events; what decodes as signed is a release, a checkpoint,
+// decisions or consistent events; every decoded part is within its bounds.
 func FuzzDecodePeerMessage(f *testing.F) {
 	release := Command{Command: game.Command{Stamp: 5, Mirror: 1, Seq: 3}, Release: 2}
 	for _, c := range []Command{
@@ -92,14 +93,46 @@ func FuzzDecodePeerMessage(f *testing.F) {
 	f.Add(signedPeerMessage(fuzzAuthority, withAddr))
 	rm, _ := commandMessage(release)
 	f.Add(signedPeerMessage(fuzzAuthority, rm))
+	move := cmdOf(2, 4, game.CommandInput, "ann")
+	f.Add(encode(movesMessage("ann", []Command{move, cmdOf(2, 3, game.CommandInput, "ann")})))
+	act := Command{Command: game.Command{Stamp: 7, Mirror: 2, Seq: 5, Op: game.CommandInput, Player: "ann",
+		Input: game.Input{Player: "ann", Fight: true, Target: "bob"}}, Decision: 9}
+	dm, _ := decisionsMessage([]Command{act})
+	f.Add(signedPeerMessage(fuzzAuthority, dm))
+	f.Add(encode(dm))
+	for _, cm := range consistentMessages(12, []game.Event{{Tick: 12, Kind: game.EventHit, Player: "ann", Other: "bob", Amount: 3},
+		{Tick: 12, Kind: game.EventObjectRestored, Object: game.ObjectID{Region: game.RegionCoord{X: 1, Y: 2}, Slot: 4}, Amount: 5}}) {
+		f.Add(signedPeerMessage(fuzzAuthority, cm))
+	}
 	pub := fuzzAuthority.Public().(ed25519.PublicKey)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodePeerMessage(b, pub)
 		if err != nil {
 			return
 		}
-		if (m.command == nil) == (m.checkpoint == nil) {
-			t.Fatal("not exactly one of command and checkpoint")
+		parts := 0
+		for _, ok := range []bool{m.command != nil, m.checkpoint != nil, m.moves != nil, m.decisions != nil, m.consistent != nil} {
+			if ok {
+				parts++
+			}
+		}
+		if parts != 1 {
+			t.Fatalf("%d parts decoded, want exactly one", parts)
+		}
+		if m.signed && m.moves != nil {
+			t.Fatal("signed moves decoded")
+		}
+		if len(m.moves) > maxMoves || len(m.decisions) > maxDecisions {
+			t.Fatalf("%d moves, %d decisions decoded", len(m.moves), len(m.decisions))
+		}
+		for _, c := range append(m.moves, m.decisions...) {
+			c.Mirror = max(c.Mirror, 1)
+			if _, err := c.Command.MarshalBinary(); err != nil || c.Seq >= maxCommandSeq || c.Decision != 0 && c.Decision < c.Stamp {
+				t.Fatalf("decoded %v does not hold: %v", c, err)
+			}
+		}
+		if cp := m.consistent; cp != nil && (cp.part >= cp.parts || len(cp.events) > eventsPerPart) {
+			t.Fatalf("consistent part %d of %d with %d events", cp.part, cp.parts, len(cp.events))
 		}
 		if len(m.stateAddr) > 255 {
 			t.Fatalf("a %d-byte state address decoded", len(m.stateAddr))
@@ -121,7 +154,7 @@ func FuzzDecodeTransfer(f *testing.F) {
 	st := NewState(mustWorld(f), 1)
 	st.Advance([]Command{cmdOf(1, 1, game.CommandJoin, "ann")})
 	cfg := tss.Config{Epoch: 1000, TickPeriod: time.Second / 30, Delays: DefaultDelays(), MaxSkew: time.Millisecond}
-	b, err := encodeTransfer(1, cfg, st, []Command{cmdOf(1, 2, game.CommandInput, "ann")}, 2000)
+	b, err := encodeTransfer(1, ProtocolCommand, cfg, st, []Command{cmdOf(1, 2, game.CommandInput, "ann")}, 2000)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -131,6 +164,13 @@ func FuzzDecodeTransfer(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(signed)
+	decision := Command{Command: game.Command{Stamp: 1500, Mirror: 1, Seq: 3, Op: game.CommandInput, Player: "ann",
+		Input: game.Input{Player: "ann", Eat: true}}, Decision: 1600}
+	ev, err := encodeTransfer(1, ProtocolEvent, cfg, st, []Command{cmdOf(1, 2, game.CommandInput, "ann"), decision}, 2000)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ev)
 	f.Add([]byte{})
 	pub := fuzzAuthority.Public().(ed25519.PublicKey)
 	f.Fuzz(func(t *testing.T, b []byte) {

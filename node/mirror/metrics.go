@@ -37,6 +37,8 @@ const (
 	refusedAuthorityUnsigned  = "authority_unsigned"      // a release or authority checkpoint without its signature, or signed but sent by another mirror
 	refusedBuffer             = "join_buffer_full"        // commands beyond the buffer kept while joining
 	refusedBeforeState        = "before_state"            // commands older than the state this mirror started from (recovered history)
+	refusedProtocol           = "wrong_protocol"          // a message the group's protocol does not carry, or not that way (moves only unreliably)
+	refusedActionOverflow     = "actions_overflow"        // actions beyond the undecided ones a mirror keeps (event protocol)
 )
 
 // metrics are the server's counters, as atomics (tests and the status
@@ -70,6 +72,7 @@ type metrics struct {
 	// of the synchronized state, so every mirror counts them alike).
 	confirmed func() map[string]uint64
 	notReady  atomic.Value // string: why the mirror is not ready
+	ev        eventMetrics
 }
 
 func newMetrics() *metrics { return &metrics{refused: map[string]*atomic.Uint64{}} }
@@ -126,6 +129,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 		descSkew, descSkewErr, descSkewAlarm, descReady} {
 		ch <- d
 	}
+	m.ev.describe(ch)
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -170,6 +174,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descSkewAlarm, b2f(m.skewAlarm.Load()))
 	gauge(descReady, b2f(m.ready.Load()))
+	m.ev.collect(ch)
 }
 
 func (m *metrics) pendingSaves() int { return int(m.savesInFlight.Load()) }

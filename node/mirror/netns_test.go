@@ -29,6 +29,12 @@ import (
 // over the group and fetch the state over TCP. Two bots play on each
 // mirror for twenty seconds; every checkpoint all three made must carry
 // the same hash. Every namespace, bridge and veth name starts with "mr-".
+//
+// The same again under the event protocol: moves go as real multicast
+// datagrams, so one lost with all its copies makes a mirror's state differ
+// until the hash exchange repairs it; there every mirror's log of the
+// authority's events must be identical, and once the bots stand still the
+// last checkpoints must agree.
 
 const netnsEnv = "MIRROR_NETNS_MEMBER"
 
@@ -41,16 +47,26 @@ type netnsSpec struct {
 	Signer    []byte // the test's token-signing key (ed25519 seed)
 	Seed      int64
 	PlaySecs  int
+	Protocol  string
 }
 
 type netnsReport struct {
 	ID          uint32
 	Checkpoints map[uint64]string
+	Log         map[uint64]string // event protocol: the authority's events by tick
+	Decisions   map[string]uint64 // ... and its decisions
+	LastTick    uint64
 	Stats       Stats
 	Err         string
 }
 
 func TestMirrorsOverMulticastNetns(t *testing.T) {
+	for _, p := range []Protocol{ProtocolCommand, ProtocolEvent} {
+		t.Run(p.String(), func(t *testing.T) { multicastNetns(t, p) })
+	}
+}
+
+func multicastNetns(t *testing.T, protocol Protocol) {
 	if os.Getenv(netnsEnv) != "" {
 		t.Skip("running as a namespace member")
 	}
@@ -118,7 +134,7 @@ func TestMirrorsOverMulticastNetns(t *testing.T) {
 	for i, ns := range members {
 		spec, _ := json.Marshal(netnsSpec{
 			Index: i + 1, Interface: "mr-eth0", Group: group, Addr: addr(i), Authority: addr(0),
-			Signer: signer.Seed(), Seed: int64(i + 1), PlaySecs: 20,
+			Signer: signer.Seed(), Seed: int64(i + 1), PlaySecs: 20, Protocol: protocol.String(),
 		})
 		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, exe, "-test.run=^TestMirrorNetnsMember$", "-test.count=1")
 		cmd.Env = append(os.Environ(), netnsEnv+"="+string(spec))
@@ -166,6 +182,10 @@ func TestMirrorsOverMulticastNetns(t *testing.T) {
 			r.ID, len(r.Checkpoints), st.CommandsSent, st.CommandsReceived, st.Agreed, st.Mismatched, st.Resyncs,
 			st.TSS["rollbacks"], st.TSS["too_late"], st.CRIMP["delivered_repair"], st.CRIMP["delivered_fec"])
 	}
+	if protocol == ProtocolEvent {
+		netnsEventAgreement(t, reports)
+		return
+	}
 	var ticks []uint64
 	for tick := range reports[0].Checkpoints {
 		ticks = append(ticks, tick)
@@ -193,6 +213,81 @@ func TestMirrorsOverMulticastNetns(t *testing.T) {
 		t.Fatalf("only %d checkpoints made by all three mirrors", common)
 	}
 	t.Logf("%d checkpoints agree on all three mirrors over real UDP multicast", common)
+}
+
+// netnsEventAgreement checks the event protocol's bar over real
+// multicast: identical logs of the authority's events (ticks old enough to
+// have reached everyone), and agreeing last checkpoints once the bots stood
+// still.
+func netnsEventAgreement(t *testing.T, reports []netnsReport) {
+	t.Helper()
+	to := reports[0].LastTick
+	for _, r := range reports {
+		to = min(to, r.LastTick)
+		e := r.Stats.Event
+		t.Logf("mirror %d: moves sent %d, taken %d, redundant %d; decided %d (late %d), applied %d, undecided %d; %d authoritative events",
+			r.ID, e.MovesSent, e.MovesTaken, e.MovesRedundant, e.Decided, e.DecidedLate, e.Applied, e.Undecided, e.Authoritative)
+	}
+	to -= min(to, 90) // three seconds: what may still have been on its way
+	from := uint64(0)
+	for _, r := range reports[1:] {
+		first := uint64(1 << 62)
+		for tick := range r.Log {
+			first = min(first, tick)
+		}
+		from = max(from, first)
+	}
+	compared := 0
+	for tick, want := range reports[0].Log {
+		if tick < from || tick > to {
+			continue
+		}
+		compared++
+		for _, r := range reports[1:] {
+			if got := r.Log[tick]; got != want {
+				t.Fatalf("tick %d: mirror %d logged %s, mirror %d %s", tick, reports[0].ID, want, r.ID, got)
+			}
+		}
+	}
+	decisions := 0
+	for k, tick := range reports[0].Decisions {
+		if tick < from || tick > to {
+			continue
+		}
+		decisions++
+		for _, r := range reports[1:] {
+			if got := r.Decisions[k]; got != tick {
+				t.Fatalf("decision %s: tick %d on mirror %d, %d on mirror %d", k, tick, reports[0].ID, got, r.ID)
+			}
+		}
+	}
+	if compared+decisions < 10 {
+		t.Fatalf("only %d ticks of authoritative events and %d decisions compared", compared, decisions)
+	}
+	var common []uint64
+	for tick := range reports[0].Checkpoints {
+		in := true
+		for _, r := range reports[1:] {
+			_, ok := r.Checkpoints[tick]
+			in = in && ok
+		}
+		if in {
+			common = append(common, tick)
+		}
+	}
+	slices.Sort(common)
+	if len(common) < 3 {
+		t.Fatalf("only %d checkpoints made by all three mirrors", len(common))
+	}
+	for _, tick := range common[len(common)-3:] {
+		for _, r := range reports[1:] {
+			if r.Checkpoints[tick] != reports[0].Checkpoints[tick] {
+				t.Fatalf("with the bots standing still, tick %d: mirror %d has %s, mirror %d has %s", tick,
+					reports[0].ID, reports[0].Checkpoints[tick][:12], r.ID, r.Checkpoints[tick][:12])
+			}
+		}
+	}
+	t.Logf("the authority's events of %d ticks and %d decisions logged alike by all three mirrors over real UDP multicast; the last checkpoints agree", compared, decisions)
 }
 
 // barrier lets the member processes wait for each other.
@@ -265,10 +360,14 @@ func runNetnsMember(spec netnsSpec) (rep netnsReport) {
 		authKey = nil
 	}
 	pub := signer.Public().(ed25519.PublicKey)
+	protocol, err := ParseProtocol(spec.Protocol)
+	if err != nil {
+		return fail(err)
+	}
 	cc := crimp.DefaultConfig()
 	cc.History, cc.FEC, cc.SessionInterval, cc.JoinTimeout = time.Second, 3, 100*time.Millisecond, 50*time.Millisecond
 	s, err := New(Config{
-		Game: testGame(), Authority: spec.Index == 1, Delays: lossyDelays, CRIMP: cc, Transport: tr,
+		Game: testGame(), Protocol: protocol, Authority: spec.Index == 1, Delays: lossyDelays, CRIMP: cc, Transport: tr,
 		StateListen: spec.Authority + ":7400", AccountKey: pub, Characters: &MemoryCharacters{Key: pub},
 		Logger: testLogger().With("mirror", spec.Index), Seed: spec.Seed,
 		AuthorityKey: authKey, AuthorityPublicKey: authPub,
@@ -326,6 +425,28 @@ func runNetnsMember(spec netnsSpec) (rep netnsReport) {
 		for tick, h := range s.Checkpoints() {
 			all[tick] = hex.EncodeToString(h[:])
 		}
+	}
+	if protocol == ProtocolEvent {
+		// The bots stand still (their players stay): no more moves, so
+		// what a lost move made differ is repaired and stays so.
+		for _, b := range bots {
+			b.Drop()
+		}
+		if err := barrierAt("still"); err != nil {
+			return fail(err)
+		}
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+			time.Sleep(500 * time.Millisecond)
+			for tick, h := range s.Checkpoints() {
+				all[tick] = hex.EncodeToString(h[:])
+			}
+		}
+		log := s.AuthoritativeLog()
+		rep.Log, rep.Decisions = map[uint64]string{}, log.Decisions
+		for tick, evs := range log.Ticks {
+			rep.Log[tick] = fmt.Sprint(evs)
+		}
+		s.Inspect(func(_, last *State) { rep.LastTick = last.Tick() })
 	}
 	for _, b := range bots {
 		b.Close()

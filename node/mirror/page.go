@@ -224,6 +224,7 @@ func (p *PageSession) Snapshot() webui.View {
 			Rollbacks: st.Rollbacks, LeadingRollbacks: st.LeadingRollbacks,
 			Agreed: st.Agreed, Mismatched: st.Mismatched, Agreeing: st.Agreeing, CheckpointTick: st.CheckpointTick,
 			Resyncs: st.Resyncs, LeadingTick: v.LeadingTick, ConfirmedTick: v.ConfirmedTick,
+			Protocol: st.Protocol, Decided: st.Decided, DecidedLate: st.DecidedLate, Undecided: st.Undecided, Reconciled: st.Reconciled,
 		},
 	}
 	return view

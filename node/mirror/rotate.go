@@ -15,6 +15,7 @@ type groupMember interface {
 	Start() error
 	Join() error
 	Send([]byte) error
+	SendUnreliable([]byte) error
 	Close() error
 	// crimp runs f with the CRIMP node under the member's lock.
 	crimp(f func(*crimp.Node))

@@ -94,6 +94,7 @@ type Server struct {
 	captures    []capture
 	cps         checkpoints
 	releases    map[crimp.MemberID]crimp.Timer
+	ev          eventState // the event protocol's (event.go)
 }
 
 // capture is a character to save once the last state has executed the
@@ -117,6 +118,7 @@ func New(cfg Config) (*Server, error) {
 		sessions: map[uint64]*session{}, players: map[game.PlayerID]*session{},
 		releases: map[crimp.MemberID]crimp.Timer{},
 	}
+	s.ev.actions, s.ev.moves = map[actionKey]trackedAction{}, map[game.PlayerID][]Command{}
 	s.cps.init()
 	s.m.confirmed = s.confirmedRefusals
 	s.m.notReady.Store("starting")
@@ -275,11 +277,15 @@ func (s *Server) Start() error {
 func (s *Server) startSync(cfg tss.Config, st *State) error {
 	cfg.History = s.cfg.CRIMP.History
 	start := time.Now()
-	sy, err := tss.New(cfg, st, func() *State { return &State{} }, tss.Options[Command]{
+	sy, err := tss.New(cfg, st, s.newState, tss.Options[Command]{
 		Metrics: s.tssm, CostClock: func() time.Duration { return time.Since(start) },
 	})
 	if err != nil {
 		return fmt.Errorf("mirror synchronizer: %w", err)
+	}
+	if s.event() {
+		// The last state runs actions only as the authority decided them.
+		sy.Last().ev.confirming = true
 	}
 	s.sync = sy
 	s.authority = st.authority
@@ -313,6 +319,9 @@ func (s *Server) sessionList() []*session {
 func (s *Server) locked(f func()) {
 	s.mu.Lock()
 	f()
+	if len(s.ev.out) > 0 {
+		s.flushDecisions()
+	}
 	post := s.post
 	s.post = nil
 	s.mu.Unlock()
@@ -423,6 +432,9 @@ func (s *Server) onTimer() {
 		if s.sync != nil {
 			s.flushHeld(now)
 			s.tickTo(now)
+			if s.event() {
+				s.eventTick(now)
+			}
 			s.frame++
 			if s.frame%uint64(s.cfg.FrameTicks) == 0 {
 				s.egress(now)
@@ -447,6 +459,9 @@ func (s *Server) everySecond(now time.Time) {
 	}
 	s.checkOwnership()
 	s.retune(now)
+	if s.event() {
+		s.eventSecond()
+	}
 }
 
 // retune applies the retuner's inner delays (AutoDelays); the last delay is
@@ -635,15 +650,34 @@ func (s *Server) deliverPeer(d crimp.Delivery) {
 	if fromAuthority && msg.checkpoint != nil && msg.stateAddr != "" {
 		s.holderAddr.id, s.holderAddr.addr = d.Source, msg.stateAddr
 	}
-	if msg.checkpoint != nil && msg.signed != fromAuthority || msg.command != nil && msg.command.Release != 0 && !(msg.signed && fromAuthority) {
-		// Releases and the authority's checkpoints are signed by it;
-		// no other mirror takes those decisions (or replays them).
+	authorityOnly := msg.command != nil && msg.command.Release != 0 || msg.decisions != nil || msg.consistent != nil
+	if msg.checkpoint != nil && msg.signed != fromAuthority || authorityOnly && !(msg.signed && fromAuthority) {
+		// Releases, decisions, consistent events and the authority's
+		// checkpoints are signed by it; no other mirror takes those
+		// decisions (or replays them).
 		s.m.refuse(refusedAuthorityUnsigned)
-		s.log.Warn("a release or an authority checkpoint not signed by the authority, or signed but not sent by it", "from", d.Source, "signed", msg.signed)
+		s.log.Warn("a release, decision, consistent event or authority checkpoint not signed by the authority, or signed but not sent by it", "from", d.Source, "signed", msg.signed)
 		return
 	}
-	if msg.checkpoint != nil {
+	if (d.Via == crimp.ViaDatagram) != (msg.moves != nil) || !s.event() && (msg.moves != nil || msg.decisions != nil || msg.consistent != nil) {
+		// Moves, and only moves, travel unreliably, and only under the
+		// event protocol; decisions and consistent events are its too.
+		s.m.refuse(refusedProtocol)
+		s.log.Debug("a message this protocol does not carry that way", "from", d.Source, "via", d.Via, "protocol", s.cfg.Protocol)
+		return
+	}
+	switch {
+	case msg.checkpoint != nil:
 		s.peerCheckpoint(d.Source, *msg.checkpoint)
+		return
+	case msg.moves != nil:
+		s.deliverMoves(d.Source, msg.moves)
+		return
+	case msg.decisions != nil:
+		s.takeDecisions(msg.decisions)
+		return
+	case msg.consistent != nil:
+		s.takeConsistent(msg.consistent)
 		return
 	}
 	cmd := *msg.command
@@ -663,11 +697,14 @@ func (s *Server) deliverPeer(d crimp.Delivery) {
 		return
 	}
 	s.deliver(cmd, now)
+	if s.event() && isAction(cmd.Command) {
+		s.trackAction(cmd, now)
+	}
 }
 
 // deliver files a command from another mirror (or a transfer) at now.
 func (s *Server) deliver(cmd Command, now time.Time) {
-	if s.sync.Config().TickOf(cmd.Stamp) <= s.base {
+	if s.sync.Config().TickOf(cmd.At()) <= s.base {
 		// CRIMP recovers what the group sent before this mirror joined;
 		// what is older than the transferred state is in that state (or
 		// was too late for the authority too).
@@ -692,6 +729,7 @@ func (s *Server) onEvent(e crimp.Event) {
 		case crimp.EventJoined:
 			s.id, s.joined, s.stateAddr = e.Member, true, e.StateAddr
 			s.stateFrom = s.holderID() // the holder that admitted us serves our state
+			s.ev.holder = s.stateFrom
 			s.skew.self.Store(uint32(e.Member))
 			s.log.Info("joined the mirror group; fetching the state", "id", e.Member, "state", e.StateAddr)
 			s.fetch(false)
@@ -699,6 +737,7 @@ func (s *Server) onEvent(e crimp.Event) {
 			s.log.Error("the authority refused this mirror", "reason", e.Reason)
 		case crimp.EventDuty:
 			s.log.Info("the authority duty moved", "holder", e.Member, "epoch", e.Epoch)
+			s.onDuty(e.Member, s.clock.Now())
 			s.unpark()
 		case crimp.EventMemberJoined:
 			s.log.Info("mirror joined the group", "member", e.Member)
@@ -812,6 +851,9 @@ func (s *Server) fetch(resync bool) {
 // install puts a transferred state in place (lock held).
 func (s *Server) install(t transfer, resync bool) error {
 	now := s.clock.Now()
+	if t.protocol != s.cfg.Protocol {
+		return fmt.Errorf("the group runs the %s protocol, this mirror the %s protocol", t.protocol, s.cfg.Protocol)
+	}
 	if !resync || s.sync == nil {
 		if err := s.startSync(t.cfg, t.state); err != nil {
 			return err
@@ -834,11 +876,16 @@ func (s *Server) install(t transfer, resync bool) error {
 	if s.base > 0 && s.base%s.sync.Config().CheckpointTicks == 0 {
 		s.cps.own[s.base] = s.sync.Last().Hash()
 	}
-	for _, c := range t.pending {
-		s.deliver(c, now)
-	}
-	for _, c := range s.buffered {
-		s.deliver(c, now)
+	for _, c := range slices.Concat(t.pending, s.buffered) {
+		switch {
+		case c.Decision != 0:
+			s.applyDecision(c, now)
+		case s.event() && isAction(c.Command):
+			s.deliver(c, now)
+			s.trackAction(c, now)
+		default:
+			s.deliver(c, now)
+		}
 	}
 	s.buffered = nil
 	s.log.Info("state in place", "resync", resync, "tick", t.state.Tick(), "pending", len(t.pending), "authority", t.authority)
@@ -868,7 +915,7 @@ func (s *Server) serveState(ctx context.Context, member crimp.MemberID, w io.Wri
 	if st == nil {
 		return errors.New("no state yet")
 	}
-	b, err := encodeTransfer(uint32(s.id), cfg, st, pending, now)
+	b, err := encodeTransfer(uint32(s.id), s.cfg.Protocol, cfg, st, pending, now)
 	if err != nil {
 		return err
 	}
@@ -957,8 +1004,10 @@ func (s *Server) Metrics() Stats {
 	st.UpdatesSent, st.UpdateBytes = s.m.updatesSent.Load(), s.m.updateBytes.Load()
 	st.Saves, st.SavesFailed = s.m.saves.Load(), s.m.savesFailed.Load()
 	st.LeadingRollbacks = s.m.leadingRollbacks.Load()
+	st.Event = s.m.ev.stats()
 	if s.member != nil {
 		st.CRIMP = s.member.crimpMetrics().Counters()
+		st.CRIMPMeanLatency = s.member.crimpMetrics().MeanLatency()
 	}
 	for k, v := range s.confirmedRefusals() {
 		st.Refused[k] = v
@@ -976,6 +1025,10 @@ type Stats struct {
 	UpdatesSent, UpdateBytes       uint64
 	Saves, SavesFailed             uint64
 	LeadingRollbacks               uint64
+	Event                          EventStats // the event protocol's
+	// CRIMPMeanLatency is the mean perceived latency of what CRIMP
+	// delivered to this mirror (receive time minus send time).
+	CRIMPMeanLatency time.Duration
 }
 
 // Inspect runs f with the synchronizer's leading and last states under the

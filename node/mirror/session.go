@@ -348,6 +348,11 @@ func (s *Server) input(sess *session, f *mirrorpb.InputFrame, now time.Time) {
 }
 
 func (s *Server) sendInput(sess *session, in *mirrorpb.Input, now time.Time, tick uint64) {
+	if s.event() {
+		s.eventInput(sess, in, now)
+		sess.sent, sess.held = tick, nil
+		return
+	}
 	cmd := Command{Command: s.stamp(now)}
 	cmd.Op, cmd.Player, cmd.Input = game.CommandInput, sess.player, gameInput(in, sess.player)
 	s.issue(cmd, now)

@@ -417,3 +417,73 @@ func TestAutoDelays(t *testing.T) {
 		t.Fatalf("%d agreeing checkpoints; %s", n, bad)
 	}
 }
+
+// TestThirtyBotsThreeMirrors is MIRROR_MODE.md §6's Mirror 1: three
+// mirrors, thirty bots, 25 ms links with 5 % loss, five minutes of
+// simulated time (two unless MIRROR_TEST_FULL is set: the five take about
+// a minute of CPU): no hash mismatch; every client's updates are at most one
+// frame plus its round trip old (the age of an update: its arrival minus
+// the end of the leading tick it shows, in simulated time, so the figure
+// is the protocol's, not the machine's); rollback counts and depths are
+// exported on /metrics.
+func TestThirtyBotsThreeMirrors(t *testing.T) {
+	c := newCluster(t, clusterOpts{mirrors: 3, link: crimp.LinkParams{Delay: 25 * time.Millisecond, Loss: 0.05}, delays: lossyDelays,
+		history: time.Second, fec: 2, seed: 30})
+	var ages []time.Duration
+	const clientDelay = time.Millisecond // each way (ConnectLocal)
+	for i := range 30 {
+		lc := c.bot(i%3, c.player(fmt.Sprintf("bot%d", i)), uint64(i))
+		s := c.mirrors[i%3]
+		lc.mu.Lock()
+		lc.onFrame = func(frame []byte, at time.Time) {
+			f, err := DecodeServerFrame(frame)
+			if err != nil || f.GetUpdate() == nil {
+				return
+			}
+			var end int64
+			s.Inspect(func(_, _ *State) {
+				cfg := s.sync.Config()
+				end = cfg.Epoch + int64(f.GetUpdate().LeadingTick)*int64(cfg.TickPeriod)
+			})
+			ages = append(ages, at.Sub(time.Unix(0, end)))
+		}
+		lc.mu.Unlock()
+	}
+	play := 2 * time.Minute
+	if os.Getenv("MIRROR_TEST_FULL") != "" {
+		play = 5 * time.Minute
+	}
+	c.run(play)
+	logStats(t, c)
+	n, bad := c.agreement()
+	if want := int(play/time.Second) - 10; bad != "" || n < want {
+		t.Fatalf("%d agreeing checkpoints in %v (want %d); %s", n, play, want, bad)
+	}
+	for i, s := range c.mirrors {
+		if st := s.Metrics(); st.Mismatched != 0 {
+			t.Errorf("mirror %d: %d hash mismatches", i+1, st.Mismatched)
+		}
+	}
+	slices.Sort(ages)
+	p99 := ages[len(ages)*99/100]
+	bound := time.Second/30 + 2*clientDelay
+	t.Logf("%d updates; age p50 %v, p99 %v, max %v (bound: one frame plus the round trip, %v)", len(ages), ages[len(ages)/2], p99, ages[len(ages)-1], bound)
+	if p99 > bound {
+		t.Errorf("update age p99 %v over one frame plus the round trip (%v)", p99, bound)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.mirrors[1].Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, mf := range mfs {
+		found[mf.GetName()] = true
+	}
+	for _, name := range []string{"tss_rollbacks_total", "tss_rollback_depth_ticks", "mirror_leading_rollbacks_total"} {
+		if !found[name] {
+			t.Errorf("%s is not exported", name)
+		}
+	}
+}

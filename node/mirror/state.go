@@ -24,13 +24,54 @@ type Command struct {
 	// players whose ingress is the dropped mirror Release; of the game
 	// fields only Stamp, Mirror and Seq are set.
 	Release uint32
+	// Decision, when non-zero, makes this the authority's decision (event
+	// protocol) that the action Command, as its ingress mirror stamped and
+	// numbered it, takes effect in the tick of the stamp Decision.
+	Decision int64
+}
+
+// decisionSeq marks the sequence number of a decision's key: the decision
+// on action (mirror, seq) is keyed (mirror, seq|decisionSeq), so that the
+// synchronizer keeps one decision per action and it never collides with a
+// command (whose sequence numbers stay below maxCommandSeq).
+const (
+	decisionSeq   = 1 << 63
+	maxCommandSeq = 1 << 62
+)
+
+// At is when the command runs (tss.Command): a decision's stamp, else the
+// ingress stamp.
+func (c Command) At() int64 {
+	if c.Decision != 0 {
+		return c.Decision
+	}
+	return c.Stamp
+}
+
+// Key is the command's ingress mirror and sequence number (tss.Command); a
+// decision's is its action's, marked.
+func (c Command) Key() (mirror uint32, seq uint64) {
+	if c.Decision != 0 {
+		return c.Mirror, c.Seq | decisionSeq
+	}
+	return c.Mirror, c.Seq
 }
 
 func (c Command) String() string {
-	if c.Release != 0 {
+	switch {
+	case c.Release != 0:
 		return fmt.Sprintf("release m%d @%d m%d#%d", c.Release, c.Stamp, c.Mirror, c.Seq)
+	case c.Decision != 0:
+		return fmt.Sprintf("decision @%d on %s", c.Decision, c.Command)
 	}
 	return c.Command.String()
+}
+
+// isAction reports whether an input command carries a consistent
+// real-time event (eat, pick up, attack): under the event protocol those
+// are the authority's to decide.
+func isAction(c game.Command) bool {
+	return c.Op == game.CommandInput && (c.Input.Eat || c.Input.PickUp || c.Input.Fight)
 }
 
 // Owner says which mirror is a player's ingress: the only mirror whose
@@ -78,6 +119,12 @@ type State struct {
 	refused   [refusalKinds]uint64
 	recent    [recentTicks]tickEvents
 	scratch   []game.Command
+	// Event protocol: ev is this state's role in its synchronizer (nil
+	// under the command protocol); ran the actions it executed lately.
+	// Neither is hashed; ev is not copied either (it belongs to the lane).
+	ev     *eventLane
+	ran    []ranAction
+	merged map[game.PlayerID]int
 }
 
 // The mirror's State satisfies the synchronizer's interface.
@@ -131,6 +178,7 @@ func (s *State) findOwner(p game.PlayerID) (int, bool) {
 // Advance executes one tick (tss.State).
 func (s *State) Advance(cmds []Command) game.TickRecord {
 	gc := s.scratch[:0]
+	clear(s.merged)
 	for _, c := range cmds {
 		if c.Release != 0 {
 			if s.authority != AnyAuthority && c.Mirror != s.authority {
@@ -165,6 +213,13 @@ func (s *State) Advance(cmds []Command) game.TickRecord {
 		}
 		if c.Op == game.CommandLeave {
 			s.owners = slices.Delete(s.owners, i, i+1)
+		}
+		if s.ev != nil && c.Op == game.CommandInput {
+			if !s.runs(c) {
+				continue
+			}
+			gc = s.mergeInput(gc, c.Command)
+			continue
 		}
 		gc = append(gc, c.Command)
 	}
@@ -203,6 +258,7 @@ func (s *State) CopyFrom(src *State) {
 	s.owners = append(s.owners[:0], src.owners...)
 	s.refused = src.refused
 	s.recent = src.recent
+	s.ran = append(s.ran[:0], src.ran...)
 }
 
 // Clone returns an independent copy.

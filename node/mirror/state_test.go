@@ -117,3 +117,63 @@ func TestStateCopyHashAndEncoding(t *testing.T) {
 		t.Fatal("a state of another world config decoded")
 	}
 }
+
+// TestEventStateRoles: under the event protocol a guessing state runs an
+// action at once, the last (confirming) state only as decided; each runs
+// an action once however often its command or decision comes; an action
+// the authority decided for another tick is not guessed; and a player's
+// move and action of one tick both take effect.
+func TestEventStateRoles(t *testing.T) {
+	var table decisionTable
+	guess, confirm := newTestState(t), newTestState(t)
+	guess.ev, confirm.ev = &eventLane{decided: &table}, &eventLane{confirming: true, decided: &table}
+	join := cmdOf(2, 1, game.CommandJoin, "ann")
+	guess.Advance([]Command{join})
+	confirm.Advance([]Command{join})
+	at := guess.Tick() + 1
+	move := cmdOf(2, 2, game.CommandInput, "ann")
+	act := Command{Command: game.Command{Stamp: 3, Mirror: 2, Seq: 3, Op: game.CommandInput, Player: "ann", Input: game.Input{Player: "ann", Fight: true}}}
+	decision := act
+	decision.Decision = act.Stamp
+	before, _ := guess.World().Player("ann")
+	guess.Advance([]Command{move, act})
+	confirm.Advance([]Command{move, act})
+	if tk, ok := guess.ranAt(actionKey{2, 3}); !ok || tk != at {
+		t.Fatalf("the guessing state did not run the action in tick %d: %v %v", at, tk, ok)
+	}
+	if _, ok := confirm.ranAt(actionKey{2, 3}); ok {
+		t.Fatal("the confirming state ran an undecided action")
+	}
+	after, _ := guess.World().Player("ann")
+	if after.Pos == before.Pos {
+		t.Fatal("the move of the tick with an action was lost to the action's input")
+	}
+	if p, _ := confirm.World().Player("ann"); p.Pos != after.Pos {
+		t.Fatal("the two states moved ann differently")
+	}
+	// The decision arrives late at the guessing state (which ran the guess)
+	// and twice at the confirming one: each runs the action once.
+	guess.Advance([]Command{decision})
+	confirm.Advance([]Command{decision})
+	confirm.Advance([]Command{decision})
+	if tk, ok := confirm.ranAt(actionKey{2, 3}); !ok || tk != at+1 {
+		t.Fatalf("the confirming state ran the decision in tick %d (%v), want %d", tk, ok, at+1)
+	}
+	if n := len(guess.ran); n != 1 {
+		t.Fatalf("the guessing state ran the action %d times", n)
+	}
+	// An action decided for another tick is not guessed.
+	other := act
+	other.Seq, other.Stamp = 9, 9
+	table.set(actionKey{2, 9}, guess.Tick()+10)
+	guess.Advance([]Command{other})
+	if _, ok := guess.ranAt(actionKey{2, 9}); ok {
+		t.Fatal("the guessing state ran an action decided for another tick")
+	}
+	// Copies carry what a state ran, but not its role.
+	c := &State{ev: &eventLane{decided: &table}}
+	c.CopyFrom(confirm)
+	if c.ev.confirming || len(c.ran) != 1 {
+		t.Fatalf("copy: confirming %v, ran %v", c.ev.confirming, c.ran)
+	}
+}

@@ -196,7 +196,7 @@ func DecodeServerFrame(b []byte) (*mirrorpb.ServerFrame, error) {
 				return nil, fmt.Errorf("update: %w", err)
 			}
 		}
-		if st := u.Status; st != nil && (len(st.Members) > crimp.MaxMembers || len(st.DelaysNs) > tss.MaxStates) {
+		if st := u.Status; st != nil && (len(st.Members) > crimp.MaxMembers || len(st.DelaysNs) > tss.MaxStates || len(st.Protocol) > 16) {
 			return nil, errors.New("update: status over its limits")
 		}
 	case *mirrorpb.ServerFrame_Error:
@@ -223,11 +223,16 @@ func encode(m proto.Message) []byte {
 }
 
 // peerMessage is a decoded and validated CRIMP payload: a command (or
-// release) or a checkpoint. signed says the authority signed it.
+// release), a checkpoint, or one of the event protocol's: moves (their
+// Mirror unset: the CRIMP sender's), decisions, consistent events. signed
+// says the authority signed it.
 type peerMessage struct {
 	command    *Command
 	checkpoint *tss.Checkpoint
 	stateAddr  string // checkpoint: the holder's state-transfer address (rotate mode)
+	moves      []Command
+	decisions  []Command
+	consistent *consistentPart
 	signed     bool
 }
 
@@ -254,9 +259,9 @@ func decodePeerMessage(b []byte, pub ed25519.PublicKey) (peerMessage, error) {
 		return peerMessage{}, fmt.Errorf("decode signed payload: %w", err)
 	}
 	switch inner.Body.(type) {
-	case *mirrorpb.PeerMessage_Release, *mirrorpb.PeerMessage_Checkpoint:
+	case *mirrorpb.PeerMessage_Release, *mirrorpb.PeerMessage_Checkpoint, *mirrorpb.PeerMessage_Decisions, *mirrorpb.PeerMessage_Consistent:
 	default:
-		return peerMessage{}, errors.New("the authority signs only releases and checkpoints")
+		return peerMessage{}, errors.New("the authority signs only releases, checkpoints, decisions and consistent events")
 	}
 	msg, err := peerMessageFromProto(&inner)
 	msg.signed = err == nil
@@ -270,7 +275,19 @@ func peerMessageFromProto(m *mirrorpb.PeerMessage) (peerMessage, error) {
 		if err != nil {
 			return peerMessage{}, err
 		}
+		if gc.Seq >= maxCommandSeq {
+			return peerMessage{}, fmt.Errorf("command seq %d at or above %d", gc.Seq, uint64(maxCommandSeq))
+		}
 		return peerMessage{command: &Command{Command: gc}}, nil
+	case *mirrorpb.PeerMessage_Moves:
+		moves, err := movesFromProto(body.Moves)
+		return peerMessage{moves: moves}, err
+	case *mirrorpb.PeerMessage_Decisions:
+		ds, err := decisionsFromProto(body.Decisions)
+		return peerMessage{decisions: ds}, err
+	case *mirrorpb.PeerMessage_Consistent:
+		c, err := consistentFromProto(body.Consistent)
+		return peerMessage{consistent: c}, err
 	case *mirrorpb.PeerMessage_Release:
 		r := body.Release
 		if r == nil || r.Mirror == 0 || r.Dropped == 0 || r.Dropped == r.Mirror {
@@ -293,8 +310,12 @@ func peerMessageFromProto(m *mirrorpb.PeerMessage) (peerMessage, error) {
 	return peerMessage{}, errors.New("payload without a body")
 }
 
-// commandMessage encodes a command as a CRIMP payload.
+// commandMessage encodes a command as a CRIMP payload (a decision as a
+// Decisions of one, which only a state transfer carries unsigned).
 func commandMessage(c Command) (*mirrorpb.PeerMessage, error) {
+	if c.Decision != 0 {
+		return decisionsMessage([]Command{c})
+	}
 	if c.Release != 0 {
 		return &mirrorpb.PeerMessage{Body: &mirrorpb.PeerMessage_Release{Release: &mirrorpb.Release{
 			Stamp: c.Stamp, Mirror: c.Mirror, Seq: c.Seq, Dropped: c.Release,
@@ -315,6 +336,7 @@ func checkpointMessage(cp tss.Checkpoint) *mirrorpb.PeerMessage {
 
 // transfer is a decoded state transfer.
 type transfer struct {
+	protocol  Protocol
 	authority uint32
 	cfg       tss.Config
 	state     *State
@@ -366,19 +388,26 @@ func decodeTransfer(b []byte, cfg game.Config) (transfer, error) {
 	if len(m.Pending) > maxTransferPending {
 		return transfer{}, fmt.Errorf("transfer with %d pending commands", len(m.Pending))
 	}
-	t := transfer{authority: m.Authority, cfg: tc, state: st, now: m.NowNs}
+	if m.Protocol > uint32(ProtocolEvent) {
+		return transfer{}, fmt.Errorf("transfer of protocol %d", m.Protocol)
+	}
+	t := transfer{protocol: Protocol(m.Protocol), authority: m.Authority, cfg: tc, state: st, now: m.NowNs}
 	for i, pm := range m.Pending {
 		msg, err := peerMessageFromProto(pm)
-		if err != nil || msg.command == nil {
+		switch {
+		case err == nil && msg.command != nil:
+			t.pending = append(t.pending, *msg.command)
+		case err == nil && len(msg.decisions) == 1 && t.protocol == ProtocolEvent:
+			t.pending = append(t.pending, msg.decisions[0])
+		default:
 			return transfer{}, fmt.Errorf("transfer pending command %d: not a command (%v)", i, err)
 		}
-		t.pending = append(t.pending, *msg.command)
 	}
 	return t, nil
 }
 
 // encodeTransfer builds a state transfer.
-func encodeTransfer(authority uint32, cfg tss.Config, st *State, pending []Command, now int64) ([]byte, error) {
+func encodeTransfer(authority uint32, protocol Protocol, cfg tss.Config, st *State, pending []Command, now int64) ([]byte, error) {
 	sp, err := st.toProto()
 	if err != nil {
 		return nil, err
@@ -386,7 +415,7 @@ func encodeTransfer(authority uint32, cfg tss.Config, st *State, pending []Comma
 	m := &mirrorpb.Transfer{
 		Version: ProtocolVersion, Authority: authority,
 		EpochNs: cfg.Epoch, TickPeriodNs: int64(cfg.TickPeriod), WeakMargin: cfg.WeakMargin, MaxSkewNs: int64(cfg.MaxSkew),
-		State: sp, NowNs: now,
+		State: sp, NowNs: now, Protocol: uint32(protocol),
 	}
 	for _, d := range cfg.Delays {
 		m.DelaysNs = append(m.DelaysNs, int64(d))

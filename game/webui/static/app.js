@@ -218,6 +218,11 @@
         `rollbacks ${m.rollbacks} (seen ${m.leadingRollbacks}) · hashes ` +
         (m.agreeing ? `agree ✓ (${m.agreed} checks, tick ${m.checkpointTick})` : `DIFFER ✗ (${m.mismatched} mismatches)`) +
         ` · ${st.latencyMs} ms · tick ${m.leadingTick}/${m.confirmedTick}`;
+      if (m.protocol === 'event') {
+        d.protocol = 'event'; d.decided = m.decided || 0;
+        statusEl.textContent += ` · event protocol: ${m.decided || 0} decided (${m.decidedLate || 0} late),` +
+          ` ${m.undecided || 0} undecided, ${m.reconciled || 0} guesses taken back`;
+      }
     }
     $('map-label').textContent = `world ${v.world.regionsX}×${v.world.regionsY} · you are in ${st.region}`;
   }

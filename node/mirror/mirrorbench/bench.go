@@ -11,7 +11,17 @@
 // The mirrors are real (node/mirror servers over CRIMP on the in-memory
 // network), the clients speak the real client protocol (LocalClient: the
 // same protobuf frames as the WebSocket), bots play, and everything runs in
-// simulated time. Rates are given both for the payload (what the protocol
+// simulated time. The clients play on mirror 2; mirror 1 is the authority.
+//
+// Each client count is measured under every protocol asked for, the
+// command protocol and the event protocol (node/mirror event.go), side by
+// side: the bytes both mirrors put on the mirror link (every CRIMP packet
+// but the hash checkpoints), the rollbacks of their synchronizers, and the
+// consistent-event delay — under the command protocol the CRIMP delivery
+// latency of the clients' commands at the authority (from then on every
+// mirror computes the same outcome), under the event protocol the time
+// from an action's stamp to the authority's decision reaching the clients'
+// mirror. Rates are given both for the payload (what the protocol
 // encodes) and "on the wire", adding per-datagram UDP/IPv4 headers (28
 // bytes) to CRIMP packets and per-frame WebSocket (2-4 bytes, plus a 4-byte
 // mask from clients) and TCP/IPv4 (40 bytes) headers to client frames, one
@@ -57,6 +67,14 @@ type Config struct {
 	FrameTicks int
 	Seed       int64
 	World      game.Config
+	// Protocols lists the protocols to measure (default both).
+	Protocols []mirror.Protocol
+	// MoveRedundancy is the event protocol's (mirror.Config; 0: its
+	// default).
+	MoveRedundancy int
+	// Delays are the synchronizers' (default mirror.DefaultDelays); on a
+	// lossy link the last must cover CRIMP's recovery.
+	Delays []time.Duration
 }
 
 // Default is the paper's setup.
@@ -66,6 +84,7 @@ func Default() Config {
 	return Config{
 		Clients: []int{1, 2, 3, 4, 5}, Duration: time.Minute, Warmup: 5 * time.Second,
 		Link: crimp.LinkParams{Delay: 2 * time.Millisecond}, FrameTicks: 1, Seed: 1, World: w,
+		Protocols: []mirror.Protocol{mirror.ProtocolCommand, mirror.ProtocolEvent},
 	}
 }
 
@@ -74,14 +93,36 @@ type Rates struct {
 	A, B, Update float64
 }
 
-// Row is one client count.
+// Row is one client count under one protocol.
 type Row struct {
-	Clients int
-	Payload Rates // per client
-	Wire    Rates // per client, with transport headers
+	Protocol string
+	Clients  int
+	Payload  Rates // per client
+	Wire     Rates // per client, with transport headers
 	// CommandsPerSecond and UpdatesPerSecond are per client.
 	CommandsPerSecond, UpdatesPerSecond float64
 	UpdateBytes                         float64 // mean payload of an update
+	// Link is what both mirrors put on the mirror link, per client, in
+	// kbps (every CRIMP packet but the hash checkpoints).
+	LinkPayload, LinkWire float64
+	// Rollbacks and LeadingRollbacks are per minute, both mirrors
+	// together; Resyncs counts states installed after a hash mismatch.
+	Rollbacks, LeadingRollbacks float64
+	Resyncs                     uint64
+	// EventDelay is the consistent-event delay (see the package doc).
+	EventDelay time.Duration
+}
+
+// Summary is one protocol over every client count: the coefficients and
+// the means of the comparison.
+type Summary struct {
+	Protocol              string
+	PayloadFit, WireFit   Fit
+	A, B, WireA, WireB    float64
+	LinkPayload, LinkWire float64
+	Rollbacks             float64
+	Resyncs               uint64
+	EventDelay            time.Duration
 }
 
 // Fit is c + (d+e)·n fitted to the per-client update rates.
@@ -93,44 +134,62 @@ type Fit struct {
 type Report struct {
 	Config      Config
 	Rows        []Row
-	PayloadFit  Fit
-	WireFit     Fit
-	A, B        float64 // payload means over the rows
-	WireA       float64
-	WireB       float64
+	Summaries   []Summary
 	ElapsedReal time.Duration
 }
 
 // Paper is table 2.3.
 var Paper = struct{ A, B, C, DE, R float64 }{A: 5.68, B: 10.6, C: 1.16, DE: 5.36, R: 0.8682}
 
-// Run measures every client count.
+// Run measures every client count under every protocol.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	start := time.Now()
 	rep := Report{Config: cfg}
-	for _, n := range cfg.Clients {
-		if ctx.Err() != nil {
-			return rep, ctx.Err()
-		}
-		row, err := runOne(cfg, n)
-		if err != nil {
-			return rep, fmt.Errorf("%d clients: %w", n, err)
-		}
-		rep.Rows = append(rep.Rows, row)
+	if len(cfg.Protocols) == 0 {
+		cfg.Protocols = Default().Protocols
 	}
+	for _, p := range cfg.Protocols {
+		var rows []Row
+		for _, n := range cfg.Clients {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			row, err := runOne(cfg, n, p)
+			if err != nil {
+				return rep, fmt.Errorf("%s protocol, %d clients: %w", p, n, err)
+			}
+			rows = append(rows, row)
+		}
+		rep.Rows = append(rep.Rows, rows...)
+		rep.Summaries = append(rep.Summaries, summarize(p, rows))
+	}
+	rep.ElapsedReal = time.Since(start)
+	return rep, nil
+}
+
+// summarize fits the update rates and averages the rest over the rows.
+func summarize(p mirror.Protocol, rows []Row) Summary {
+	s := Summary{Protocol: p.String()}
 	var xs, payload, wire []float64
-	for _, r := range rep.Rows {
+	var delay time.Duration
+	n := float64(len(rows))
+	for _, r := range rows {
 		xs = append(xs, float64(r.Clients))
 		payload = append(payload, r.Payload.Update)
 		wire = append(wire, r.Wire.Update)
-		rep.A += r.Payload.A / float64(len(rep.Rows))
-		rep.B += r.Payload.B / float64(len(rep.Rows))
-		rep.WireA += r.Wire.A / float64(len(rep.Rows))
-		rep.WireB += r.Wire.B / float64(len(rep.Rows))
+		s.A += r.Payload.A / n
+		s.B += r.Payload.B / n
+		s.WireA += r.Wire.A / n
+		s.WireB += r.Wire.B / n
+		s.LinkPayload += r.LinkPayload / n
+		s.LinkWire += r.LinkWire / n
+		s.Rollbacks += r.Rollbacks / n
+		s.Resyncs += r.Resyncs
+		delay += r.EventDelay / time.Duration(len(rows))
 	}
-	rep.PayloadFit, rep.WireFit = fit(xs, payload), fit(xs, wire)
-	rep.ElapsedReal = time.Since(start)
-	return rep, nil
+	s.EventDelay = delay
+	s.PayloadFit, s.WireFit = fit(xs, payload), fit(xs, wire)
+	return s
 }
 
 // fit is the least-squares line y = c + de·x and the correlation r.
@@ -180,7 +239,7 @@ func (c *counter) add(n, extra int) {
 	c.frames++
 }
 
-func runOne(cfg Config, n int) (Row, error) {
+func runOne(cfg Config, n int, protocol mirror.Protocol) (Row, error) {
 	clock := crimp.NewSimClock(time.Unix(1_700_000_000, 0))
 	rng := rand.New(rand.NewSource(cfg.Seed + int64(n)))
 	pub, signer, err := ed25519.GenerateKey(rng)
@@ -206,13 +265,16 @@ func runOne(cfg Config, n int) (Row, error) {
 	for i := range 2 {
 		cc := crimp.DefaultConfig()
 		cc.FEC = cfg.FEC
+		if len(cfg.Delays) > 0 {
+			cc.History = max(time.Second, cfg.Delays[len(cfg.Delays)-1])
+		}
 		ep := mnet.Endpoint(fmt.Sprintf("m%d", i+1))
 		var key ed25519.PrivateKey
 		if i == 0 {
 			key = authKey
 		}
 		m, err := mirror.New(mirror.Config{
-			Game: cfg.World, Authority: i == 0, AuthorityKey: key, AuthorityPublicKey: authPub, CRIMP: cc, Transport: ep, Clock: clock,
+			Game: cfg.World, Protocol: protocol, MoveRedundancy: cfg.MoveRedundancy, Delays: cfg.Delays, Authority: i == 0, AuthorityKey: key, AuthorityPublicKey: authPub, CRIMP: cc, Transport: ep, Clock: clock,
 			Spawn: func(f func()) { clock.AfterFunc(0, f) }, AccountKey: pub, Characters: chars,
 			FrameTicks: cfg.FrameTicks, Logger: log, Seed: cfg.Seed*10 + int64(i) + 1,
 		})
@@ -227,23 +289,28 @@ func runOne(cfg Config, n int) (Row, error) {
 			return Row{}, fmt.Errorf("mirror %d not ready", i+1)
 		}
 	}
-	// Mirror 1's command stream on the multicast group.
-	var multicast counter
+	// The clients' mirror's command stream (b), and everything both
+	// mirrors put on the link but the hash checkpoints.
+	var multicast, link counter
 	counting := false
-	from := eps[0].LocalAddr()
+	from := eps[1].LocalAddr()
 	mnet.Tap(func(src netip.AddrPort, b []byte) {
-		if !counting || src != from || len(b) < 2 || crimp.Kind(b[1]) != crimp.KindData {
+		if !counting || len(b) < 2 {
 			return
 		}
 		p, err := crimp.Decode(b)
 		if err != nil {
 			return
 		}
-		var m mirrorpb.PeerMessage
-		if proto.Unmarshal(p.Payload, &m) != nil || m.GetCheckpoint() != nil {
-			return
+		if p.Kind == crimp.KindData || p.Kind == crimp.KindDatagram {
+			if isCheckpoint(p.Payload) {
+				return
+			}
+			if src == from {
+				multicast.add(len(b), udpIPv4Header)
+			}
 		}
-		multicast.add(len(b), udpIPv4Header)
+		link.add(len(b), udpIPv4Header)
 	})
 
 	// Every client starts in the middle region, in sight of the others.
@@ -270,7 +337,7 @@ func runOne(cfg Config, n int) (Row, error) {
 		if _, err := chars.Save(context.Background(), tok, game.Character{Pos: pos, Health: game.MaxHealth, Skill: game.StartingSkill}, 0); err != nil {
 			return Row{}, err
 		}
-		lc := mirror.ConnectLocal(mirrors[0], key, tok, clock, time.Millisecond)
+		lc := mirror.ConnectLocal(mirrors[1], key, tok, clock, time.Millisecond)
 		lc.StartBot(uint64(cfg.Seed)+uint64(i), time.Second/time.Duration(cfg.World.TickRate))
 		clients = append(clients, lc)
 	}
@@ -292,9 +359,12 @@ func runOne(cfg Config, n int) (Row, error) {
 	for i, c := range clients {
 		before[i] = c.Counters()
 	}
+	stats0 := []mirror.Stats{mirrors[0].Metrics(), mirrors[1].Metrics()}
+	lat0 := crimpLatency(mirrors[0])
 	counting = true
 	clock.RunFor(cfg.Duration)
 	counting = false
+	stats1 := []mirror.Stats{mirrors[0].Metrics(), mirrors[1].Metrics()}
 	for i, c := range clients {
 		after := c.Counters()
 		in, out := after[0]-before[i][0], after[1]-before[i][1]
@@ -324,7 +394,59 @@ func runOne(cfg Config, n int) (Row, error) {
 	if down.frames > 0 {
 		row.UpdateBytes = down.payload / down.frames
 	}
+	row.Protocol = protocol.String()
+	row.LinkPayload, row.LinkWire = kbps(link.payload), kbps(link.wire)
+	minutes := cfg.Duration.Minutes()
+	for i := range stats1 {
+		row.Rollbacks += float64(stats1[i].TSS["rollbacks"]-stats0[i].TSS["rollbacks"]) / minutes
+		row.LeadingRollbacks += float64(stats1[i].LeadingRollbacks-stats0[i].LeadingRollbacks) / minutes
+		row.Resyncs += stats1[i].Resyncs - stats0[i].Resyncs
+	}
+	if protocol == mirror.ProtocolEvent {
+		e0, e1 := stats0[1].Event, stats1[1].Event
+		if d := e1.Applied - e0.Applied; d > 0 {
+			// The mean over the window, from the running means.
+			sum := int64(e1.DecisionDelay)*int64(e1.Applied) - int64(e0.DecisionDelay)*int64(e0.Applied)
+			row.EventDelay = time.Duration(sum / int64(d))
+		}
+	} else {
+		row.EventDelay = crimpLatency(mirrors[0]).since(lat0)
+	}
 	return row, nil
+}
+
+// latencySample is a CRIMP member's delivery latency so far: a count and
+// a sum, so that the mean of a window can be taken.
+type latencySample struct {
+	n   uint64
+	sum time.Duration
+}
+
+func crimpLatency(m *mirror.Server) latencySample {
+	st := m.Metrics()
+	n := st.CRIMP["delivered"]
+	return latencySample{n: n, sum: time.Duration(n) * st.CRIMPMeanLatency}
+}
+
+func (l latencySample) since(before latencySample) time.Duration {
+	if l.n <= before.n {
+		return 0
+	}
+	return (l.sum - before.sum) / time.Duration(l.n-before.n)
+}
+
+// isCheckpoint reports whether a CRIMP payload is a hash checkpoint (the
+// authority's comes signed).
+func isCheckpoint(payload []byte) bool {
+	var m mirrorpb.PeerMessage
+	if proto.Unmarshal(payload, &m) != nil {
+		return false
+	}
+	if s := m.GetSigned(); s != nil {
+		var inner mirrorpb.PeerMessage
+		return proto.Unmarshal(s.Message, &inner) == nil && inner.GetCheckpoint() != nil
+	}
+	return m.GetCheckpoint() != nil
 }
 
 func runUntil(clock *crimp.SimClock, limit time.Duration, cond func() bool) bool {
@@ -338,21 +460,44 @@ func runUntil(clock *crimp.SimClock, limit time.Duration, cond func() bool) bool
 	return true
 }
 
-// Print writes the report beside table 2.3.
+// Print writes the report beside table 2.3, and the protocols side by
+// side.
 func (r Report) Print(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "Mirror-mode bandwidth (Cronin et al. 2001, §2.6, table 2.3): n clients on one of two mirrors, bots, %v per n in simulated time,\n", c.Duration)
-	fmt.Fprintf(w, "updates every %d tick(s) at %d Hz, CRIMP FEC %d, mirror link %v ± %v, %.0f%% loss. kbps per client.\n\n", c.FrameTicks, c.World.TickRate, c.FEC, c.Link.Delay, c.Link.Jitter, c.Link.Loss*100)
-	fmt.Fprintf(w, "%3s  %9s %9s %11s   %9s %9s %11s   %8s %8s %10s\n", "n", "a", "b", "update", "a wire", "b wire", "update wire", "cmd/s", "upd/s", "upd bytes")
-	for _, row := range r.Rows {
-		fmt.Fprintf(w, "%3d  %9.2f %9.2f %11.2f   %9.2f %9.2f %11.2f   %8.1f %8.1f %10.0f\n", row.Clients,
-			row.Payload.A, row.Payload.B, row.Payload.Update, row.Wire.A, row.Wire.B, row.Wire.Update,
-			row.CommandsPerSecond, row.UpdatesPerSecond, row.UpdateBytes)
+	delays := c.Delays
+	if len(delays) == 0 {
+		delays = mirror.DefaultDelays()
 	}
-	fmt.Fprintf(w, "\n%-26s %8s %8s %8s %8s %8s\n", "", "a", "b", "c", "d+e", "r")
-	fmt.Fprintf(w, "%-26s %8.2f %8.2f %8.2f %8.2f %8.4f\n", "paper (table 2.3)", Paper.A, Paper.B, Paper.C, Paper.DE, Paper.R)
-	fmt.Fprintf(w, "%-26s %8.2f %8.2f %8.2f %8.2f %8.4f\n", "overworld, payload", r.A, r.B, r.PayloadFit.C, r.PayloadFit.DE, r.PayloadFit.R)
-	fmt.Fprintf(w, "%-26s %8.2f %8.2f %8.2f %8.2f %8.4f\n", "overworld, with headers", r.WireA, r.WireB, r.WireFit.C, r.WireFit.DE, r.WireFit.R)
+	fmt.Fprintf(w, "updates every %d tick(s) at %d Hz, CRIMP FEC %d, mirror link %v ± %v, %.0f%% loss, delays %v. kbps per client.\n", c.FrameTicks, c.World.TickRate, c.FEC, c.Link.Delay, c.Link.Jitter, c.Link.Loss*100, delays)
+	for _, sum := range r.Summaries {
+		fmt.Fprintf(w, "\n%s protocol\n", sum.Protocol)
+		fmt.Fprintf(w, "%3s  %9s %9s %11s   %9s %9s %11s   %8s %8s %10s   %9s %8s %9s\n", "n", "a", "b", "update", "a wire", "b wire", "update wire",
+			"cmd/s", "upd/s", "upd bytes", "link wire", "rb/min", "ev delay")
+		for _, row := range r.Rows {
+			if row.Protocol != sum.Protocol {
+				continue
+			}
+			fmt.Fprintf(w, "%3d  %9.2f %9.2f %11.2f   %9.2f %9.2f %11.2f   %8.1f %8.1f %10.0f   %9.2f %8.1f %9s\n", row.Clients,
+				row.Payload.A, row.Payload.B, row.Payload.Update, row.Wire.A, row.Wire.B, row.Wire.Update,
+				row.CommandsPerSecond, row.UpdatesPerSecond, row.UpdateBytes, row.LinkWire, row.Rollbacks, row.EventDelay.Round(time.Microsecond))
+		}
+	}
+	fmt.Fprintf(w, "\n%-32s %8s %8s %8s %8s %8s\n", "", "a", "b", "c", "d+e", "r")
+	fmt.Fprintf(w, "%-32s %8.2f %8.2f %8.2f %8.2f %8.4f\n", "paper (table 2.3)", Paper.A, Paper.B, Paper.C, Paper.DE, Paper.R)
+	for _, sum := range r.Summaries {
+		fmt.Fprintf(w, "%-32s %8.2f %8.2f %8.2f %8.2f %8.4f\n", "overworld "+sum.Protocol+", payload", sum.A, sum.B, sum.PayloadFit.C, sum.PayloadFit.DE, sum.PayloadFit.R)
+		fmt.Fprintf(w, "%-32s %8.2f %8.2f %8.2f %8.2f %8.4f\n", "overworld "+sum.Protocol+", with headers", sum.WireA, sum.WireB, sum.WireFit.C, sum.WireFit.DE, sum.WireFit.R)
+	}
+	if len(r.Summaries) > 1 {
+		fmt.Fprintf(w, "\nProtocols compared (means over n): mirror-link kbps per client (both mirrors, no checkpoints), rollbacks per minute\n")
+		fmt.Fprintf(w, "(both mirrors), states installed after a mismatch, consistent-event delay (command: commands reach the authority;\n")
+		fmt.Fprintf(w, "event: the authority's decision reaches the clients' mirror).\n")
+		fmt.Fprintf(w, "%-10s %10s %10s %10s %8s %10s\n", "protocol", "link", "link wire", "rb/min", "resyncs", "ev delay")
+		for _, sum := range r.Summaries {
+			fmt.Fprintf(w, "%-10s %10.2f %10.2f %10.1f %8d %10s\n", sum.Protocol, sum.LinkPayload, sum.LinkWire, sum.Rollbacks, sum.Resyncs, sum.EventDelay.Round(time.Microsecond))
+		}
+	}
 	fmt.Fprintf(w, "\n(%v of real time)\n", r.ElapsedReal.Round(time.Millisecond))
 }
 
