@@ -75,6 +75,7 @@ every mirror serves state transfers (-state-listen, -state-advertise), and
 		maxSkew := fs.Duration("max-skew", 5*time.Millisecond, "largest clock offset between mirrors before /readyz fails; stamps later than now+this are refused")
 		saveEvery := fs.Duration("save-every", 30*time.Second, "how often players' characters are saved")
 		level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+		consistency := addConsistencyFlags(fs)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -138,6 +139,9 @@ every mirror serves state transfers (-state-listen, -state-advertise), and
 		}
 		cfg.CRIMP = crimp.DefaultConfig()
 		cfg.CRIMP.History, cfg.CRIMP.FEC = *history, *fec
+		if err := consistency.apply(&cfg); err != nil {
+			return err
+		}
 		switch *transport {
 		case "udp":
 			if *iface == "" {

@@ -94,6 +94,7 @@ type Server struct {
 	captures    []capture
 	cps         checkpoints
 	releases    map[crimp.MemberID]crimp.Timer
+	vfc         *vfcEgress // EgressVFC's filter (egress.go)
 }
 
 // capture is a character to save once the last state has executed the
