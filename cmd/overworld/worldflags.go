@@ -8,13 +8,15 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
+	"github.com/overworld-p2p/overworld/game/vfc/vfcworld"
+	"github.com/overworld-p2p/overworld/regions/position"
 )
 
 // worldFlags are the flags naming the world, which every peer of a network
 // (players and headless peers) must give alike.
 type worldFlags struct {
-	name, size *string
-	seed       *uint64
+	name, size, summaries *string
+	seed                  *uint64
 }
 
 func addWorldFlags(fs *flag.FlagSet) worldFlags {
@@ -22,7 +24,30 @@ func addWorldFlags(fs *flag.FlagSet) worldFlags {
 		name: fs.String("world", "default", "world name"),
 		size: fs.String("world-size", "8x8", "world size in regions, WxH"),
 		seed: fs.Uint64("seed", 1, "world seed"),
+		summaries: fs.String("summaries", "off", "position summaries of the regions around a player (aggregated mode for every player): off, on, "+
+			"or zones from the region border inward as tiles:[seconds,updates,value] (value: % of a tile of dead-reckoning error), the last *:[…]; "+
+			"on is "+zonesText(position.DefaultSummaries())),
 	}
+}
+
+// zonesText writes summary zones as -summaries reads them.
+func zonesText(sc position.SummaryConfig) string {
+	return vfcworld.SetSettings{Zones: sc.Zones, Scale: sc.Scale}.String()
+}
+
+// summaryConfig is the world's summary setting from -summaries.
+func (f worldFlags) summaryConfig() (position.SummaryConfig, error) {
+	switch *f.summaries {
+	case "off", "":
+		return position.SummaryConfig{}, nil
+	case "on":
+		return position.DefaultSummaries(), nil
+	}
+	set, err := vfcworld.ParseSetSettings(*f.summaries)
+	if err != nil {
+		return position.SummaryConfig{}, fmt.Errorf("-summaries: %w", err)
+	}
+	return position.SummaryConfig{Enabled: true, Zones: set.Zones, Scale: set.Scale}, nil
 }
 
 // game is the world's configuration from the flags.
