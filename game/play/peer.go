@@ -155,6 +155,10 @@ func (c *Config) fill(n *node.Node) error {
 type ObjectStore interface {
 	Get(ctx context.Context, c regions.Coord) (regions.State, error)
 	ReadWrite(ctx context.Context, c regions.Coord, id string, readVersion uint64, value []byte) (regions.Object, error)
+	// The two-step write of eats and pick-ups (objects.go, take).
+	Lock(ctx context.Context, c regions.Coord, id string, ttl time.Duration) (regions.Object, error)
+	ReleaseWith(ctx context.Context, c regions.Coord, id string, value []byte) (regions.Object, error)
+	Release(ctx context.Context, c regions.Coord, id string) error
 	Subscribe(c regions.Coord) (*regions.Subscription, error)
 	Coordinator(c regions.Coord) (coordinator, replica peer.ID)
 }

@@ -34,13 +34,26 @@ func (c *summaryCounts) of(p peer.ID) int {
 }
 
 // TestSummariesBetweenRegions runs four players with the world's position
-// summaries on, two in each of two adjacent regions, over TCP on
-// 127.0.0.1: every player sees the other three, and hears the two of the
+// summaries on, two in the middle of each of two adjacent regions, over
+// TCP on 127.0.0.1: every player sees the other three, and hears the two of the
 // other region from their coordinator's summaries.
 func TestSummariesBetweenRegions(t *testing.T) {
 	const count = 4
 	counts := make([]*summaryCounts, count)
-	tn := newTestNetWith(t, count, game.RegionCoord{}, nil, func(i int, c *Config) {
+	// Each stands near its region's middle, far from the border (a player
+	// within Prefetch of it follows the region across at full rate).
+	middle := func(i int, p *Peer) {
+		g := testGame()
+		side := int32(g.RegionTiles) * game.TileUnits
+		for d := int32(0); d < 4*game.TileUnits; d += game.TileUnits / 2 {
+			at := game.Vec{X: int32(i%2)*side + side/2 + d, Y: side/2 + d}
+			if p.Place(at) {
+				return
+			}
+		}
+		t.Fatalf("no free spot near the middle of P%d's region", i)
+	}
+	tn := newTestNetWith(t, count, game.RegionCoord{}, middle, func(i int, c *Config) {
 		c.Summaries = position.DefaultSummaries()
 		c.StartRegion = &game.RegionCoord{X: i % 2}
 		counts[i] = &summaryCounts{n: map[peer.ID]int{}}
