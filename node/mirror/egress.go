@@ -140,7 +140,7 @@ func nearby(w *game.World, self game.Player) map[game.PlayerID]bool {
 // clients that have a view in it.
 type vfcEgress struct {
 	filter *vfcworld.Filter
-	tick   uint64                   // the leading tick of the last frame
+	tick   uint64 // the leading tick of the last frame
 	views  map[game.PlayerID]clientView
 	sends  []vfcworld.State
 	watch  func(EgressFrame)
