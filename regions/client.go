@@ -43,6 +43,10 @@ func (e *LockedError) Error() string {
 // ErrRejected wraps a request the coordinator refused as invalid.
 var ErrRejected = errors.New("request rejected")
 
+// ErrBusy rejects a request that would wait for a locked object when too
+// many already wait (per object, region or player): retry later.
+var ErrBusy = errors.New("too many requests wait for locked objects")
+
 func errOutside(c Coord, cfg Config) error {
 	return fmt.Errorf("region %s is outside the %dx%d world", c, cfg.Width, cfg.Height)
 }
@@ -95,6 +99,14 @@ func (cl *Client) Lock(ctx context.Context, c Coord, id string, ttl time.Duratio
 	return cl.update(ctx, c, &pb.Request{Op: pb.Op_OP_LOCK, ObjectId: id, LockTtlMs: uint32(ms)}, "lock")
 }
 
+// ReleaseWith is the second step of a two-step write (paper 004): it sets
+// the object's value and gives the lock back, in one commit. It fails with
+// a *ConflictError carrying the current object if the lock ran out (or
+// was never taken) before the release arrived.
+func (cl *Client) ReleaseWith(ctx context.Context, c Coord, id string, value []byte) (Object, error) {
+	return cl.update(ctx, c, &pb.Request{Op: pb.Op_OP_RELEASE, ObjectId: id, Write: true, Value: value}, "release")
+}
+
 // Release gives the object's lock back.
 func (cl *Client) Release(ctx context.Context, c Coord, id string) error {
 	_, err := cl.update(ctx, c, &pb.Request{Op: pb.Op_OP_RELEASE, ObjectId: id}, "release")
@@ -121,7 +133,7 @@ func (cl *Client) update(ctx context.Context, c Coord, req *pb.Request, what str
 	obj := objectFromPB(r.Object)
 	switch r.Status {
 	case pb.Status_STATUS_OK:
-		if req.Op == pb.Op_OP_INITIALIZE || req.Op == pb.Op_OP_READ_WRITE {
+		if req.Op == pb.Op_OP_INITIALIZE || req.Op == pb.Op_OP_READ_WRITE || req.Write {
 			obj.Value = append([]byte(nil), req.Value...)
 			cl.s.absorb(c, r.Epoch, 0, []*pb.Entry{{Object: &pb.Object{Id: obj.ID, Value: obj.Value, Version: obj.Version}}}, false)
 		}
@@ -130,6 +142,8 @@ func (cl *Client) update(ctx context.Context, c Coord, req *pb.Request, what str
 		return obj, &ConflictError{Region: c, Current: obj}
 	case pb.Status_STATUS_LOCKED:
 		return obj, &LockedError{Region: c, Object: obj}
+	case pb.Status_STATUS_BUSY:
+		return obj, fmt.Errorf("%s %q in region %s: %w", what, req.ObjectId, c, ErrBusy)
 	default:
 		return obj, fmt.Errorf("%s %q in region %s: %w: %s", what, req.ObjectId, c, ErrRejected, r.Error)
 	}

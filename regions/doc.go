@@ -15,7 +15,8 @@
 //
 // # Data flow
 //
-// The game calls the Client (Get, Initialize, ReadWrite, Lock, Release).
+// The game calls the Client (Get, Initialize, ReadWrite, Lock, Release,
+// ReleaseWith).
 // The client sends the request, with a fresh request ID, to the
 // coordinator in its view over a stream of ProtocolID (one protobuf frame
 // each way, see regionpb), follows redirects, and when a peer cannot be
@@ -26,7 +27,10 @@
 // state machine with one FIFO queue. It evaluates queued requests in order
 // (initialize: blind write; read-write: only if the read version is
 // current, else rejected with the current value and version; lock and
-// release: Mobihoc-style locks that run out if not renewed), applies the
+// release: paper 004's locks, locks.go — the lock's answer carries the
+// value, the release may carry the new one, a request on an object another
+// player locked waits in a bounded FIFO, and locks run out by a committed
+// expiry unless renewed), applies the
 // changes, and sends them to the replica. Only when the replica has
 // acknowledged them are the players answered and the changes published on
 // the region's event topic (EventTopic), from which members (Subscribe)

@@ -51,13 +51,15 @@ type machine struct {
 	queue         []*pending
 	handoffTo     peer.ID
 	handoffReply  func(*pb.HandoffReply)
+	locks         lockWaits // requests waiting for locked objects (locks.go)
 }
 
 // pending is a queued request and where its answer goes.
 type pending struct {
-	from  peer.ID // the player: lock holder and lock checks
-	req   *pb.Request
-	reply func(*pb.Reply)
+	from   peer.ID // the player: lock holder and lock checks
+	req    *pb.Request
+	reply  func(*pb.Reply)
+	expiry bool // a lock's expiry, queued by ExpireLocks
 }
 
 type answer struct {
@@ -270,6 +272,9 @@ func (m *machine) formBatch(now time.Time) {
 	m.inflightLease = leaseID
 	for _, p := range batch {
 		r, e := m.evaluate(p, now, leaseID, allowed)
+		if r == nil {
+			continue // waits for a lock (locks.go)
+		}
 		m.inflight = append(m.inflight, answer{p.reply, r})
 		if e != nil {
 			m.inflightEnts = append(m.inflightEnts, e)
@@ -316,8 +321,8 @@ func (m *machine) evaluate(p *pending, now time.Time, leaseID uint64, allowed bo
 	if cur == nil && req.Op != pb.Op_OP_RELEASE && len(m.objects) >= MaxObjectsInRegion {
 		return &pb.Reply{Status: pb.Status_STATUS_BAD_REQUEST, Error: fmt.Sprintf("region %s holds %d objects already", m.region, MaxObjectsInRegion)}, nil
 	}
-	if m.lockedByOther(cur, p.from, nowMs) {
-		return &pb.Reply{Status: pb.Status_STATUS_LOCKED, Object: current(), Epoch: m.epoch}, nil
+	if r, e, decided := m.lockStep(p, cur, nowMs, leaseID); decided {
+		return r, e
 	}
 	next := current()
 	switch req.Op {
@@ -335,6 +340,10 @@ func (m *machine) evaluate(p *pending, now time.Time, leaseID uint64, allowed bo
 			return &pb.Reply{Status: pb.Status_STATUS_OK, Object: current(), Epoch: m.epoch}, nil
 		}
 		next.LockHolder, next.LockExpiresMs = nil, 0
+		if req.Write {
+			next.Value, next.Version = append([]byte(nil), req.Value...), next.Version+1
+		}
+		defer m.wake(req.ObjectId)
 	}
 	m.seq++
 	done := &pb.Done{RequestId: req.RequestId, Status: pb.Status_STATUS_OK, Version: next.Version, LockExpiresMs: next.LockExpiresMs}
@@ -447,6 +456,7 @@ func (m *machine) stepDown(to peer.ID) (eff effects) {
 	for _, p := range m.queue {
 		eff.answers = append(eff.answers, answer{p.reply, redirectReply(to)})
 	}
+	eff.answers = append(eff.answers, m.locks.drain(redirectReply(to))...)
 	if m.handoffReply != nil {
 		eff.handoff, eff.handoffReply = m.handoffReply, &pb.HandoffReply{Redirect: []byte(to), Error: "deposed"}
 	}
@@ -558,6 +568,7 @@ func (m *machine) giveAway() (eff effects) {
 	for _, p := range m.queue {
 		eff.answers = append(eff.answers, answer{p.reply, redirectReply(to)})
 	}
+	eff.answers = append(eff.answers, m.locks.drain(redirectReply(to))...)
 	m.queue = nil
 	m.role, m.coordinator = pb.Role_ROLE_REPLICA, to
 	m.replica, m.replicaSynced, m.outstanding = "", false, false

@@ -163,40 +163,79 @@ func TestRetryIsAppliedOnce(t *testing.T) {
 	}
 }
 
+// TestLocks plays paper 004's two-step write on the machine: a lock's
+// answer carries the value, the holder writes with the release (one
+// commit, on the replica too), a write or lock on the locked object waits
+// instead of being refused and goes through when the lock is released or
+// runs out (an expiry is a commit too), and only the holder releases.
 func TestLocks(t *testing.T) {
 	co, re := pair(t)
 	var r replies
-	run := func(from peer.ID, req *pb.Request, name string, now time.Time) *pb.Reply {
+	submit := func(from peer.ID, req *pb.Request, name string, now time.Time) {
 		all := deliver(t, co, re, co.Submit(&pending{from: from, req: req, reply: r.to(name)}, now))
 		for _, a := range all.answers {
 			a.reply(a.r)
 		}
+	}
+	run := func(from peer.ID, req *pb.Request, name string, now time.Time) *pb.Reply {
+		submit(from, req, name, now)
 		return r.got[name]
 	}
-	lock := &pb.Request{RequestId: reqID(1), Op: pb.Op_OP_LOCK, ObjectId: "door", LockTtlMs: 1000}
-	if got := run(alice, lock, "lock", t0); got.Status != pb.Status_STATUS_OK {
+	if got := run(alice, rw(1, "door", 0, "shut"), "init", t0); got.Status != pb.Status_STATUS_OK {
+		t.Fatalf("init: %v", got)
+	}
+	lock := &pb.Request{RequestId: reqID(2), Op: pb.Op_OP_LOCK, ObjectId: "door", LockTtlMs: 1000}
+	if got := run(alice, lock, "lock", t0); got.Status != pb.Status_STATUS_OK || string(got.Object.Value) != "shut" {
 		t.Fatalf("lock: %v", got)
 	}
-	if got := run(bob, rw(2, "door", 0, "open"), "bob", t0.Add(500*time.Millisecond)); got.Status != pb.Status_STATUS_LOCKED || string(got.Object.LockHolder) != string(alice) {
-		t.Fatalf("bob's update under alice's lock: %v", got)
+	// Bob's write waits; a read does not.
+	submit(bob, rw(3, "door", 1, "ajar"), "bob", t0.Add(100*time.Millisecond))
+	if got := r.got["bob"]; got != nil {
+		t.Fatalf("bob's write under alice's lock was answered: %v", got)
 	}
-	if got := run(alice, rw(3, "door", 0, "open"), "alice", t0.Add(500*time.Millisecond)); got.Status != pb.Status_STATUS_OK {
-		t.Fatalf("holder's update: %v", got)
+	if got := run(bob, &pb.Request{RequestId: reqID(4), Op: pb.Op_OP_GET}, "get", t0.Add(100*time.Millisecond)); got.Status != pb.Status_STATUS_OK {
+		t.Fatalf("read under a lock: %v", got)
 	}
-	// Alice vanishes: the lock runs out and Bob gets through.
-	if got := run(bob, rw(4, "door", 1, "shut"), "bob2", t0.Add(1500*time.Millisecond)); got.Status != pb.Status_STATUS_OK {
-		t.Fatalf("update after expiry: %v", got)
-	}
-	lock2 := &pb.Request{RequestId: reqID(5), Op: pb.Op_OP_LOCK, ObjectId: "door", LockTtlMs: 1000}
-	run(bob, lock2, "lock2", t0.Add(2*time.Second))
-	if got := run(alice, &pb.Request{RequestId: reqID(6), Op: pb.Op_OP_RELEASE, ObjectId: "door"}, "steal", t0.Add(2*time.Second)); got.Status != pb.Status_STATUS_LOCKED {
+	if got := run(bob, &pb.Request{RequestId: reqID(5), Op: pb.Op_OP_RELEASE, ObjectId: "door"}, "steal", t0.Add(100*time.Millisecond)); got.Status != pb.Status_STATUS_LOCKED {
 		t.Fatalf("release of someone else's lock: %v", got)
 	}
-	if got := run(bob, &pb.Request{RequestId: reqID(7), Op: pb.Op_OP_RELEASE, ObjectId: "door"}, "release", t0.Add(2*time.Second)); got.Status != pb.Status_STATUS_OK {
-		t.Fatalf("release: %v", got)
+	// Alice writes with the release: one commit; bob's write then runs
+	// against the new version and conflicts (it read version 1).
+	release := &pb.Request{RequestId: reqID(6), Op: pb.Op_OP_RELEASE, ObjectId: "door", Write: true, Value: []byte("open")}
+	if got := run(alice, release, "release", t0.Add(200*time.Millisecond)); got.Status != pb.Status_STATUS_OK || got.Object.Version != 2 {
+		t.Fatalf("release with a write: %v", got)
 	}
-	if len(re.objects["door"].LockHolder) != 0 {
-		t.Fatal("replica still holds the released lock")
+	if o := re.objects["door"]; string(o.Value) != "open" || len(o.LockHolder) != 0 {
+		t.Fatalf("replica holds %v after the release", o)
+	}
+	submit(alice, &pb.Request{RequestId: reqID(7), Op: pb.Op_OP_GET}, "pump", t0.Add(200*time.Millisecond))
+	if got := r.got["bob"]; got == nil || got.Status != pb.Status_STATUS_CONFLICT || got.Object.Version != 2 {
+		t.Fatalf("bob's waiting write after the release: %v", got)
+	}
+	// Alice locks again and vanishes; bob's lock waits for the expiry.
+	submit(alice, &pb.Request{RequestId: reqID(8), Op: pb.Op_OP_LOCK, ObjectId: "door", LockTtlMs: 1000}, "lock2", t0.Add(time.Second))
+	submit(bob, &pb.Request{RequestId: reqID(9), Op: pb.Op_OP_LOCK, ObjectId: "door", LockTtlMs: 1000}, "bobLock", t0.Add(1100*time.Millisecond))
+	if r.got["bobLock"] != nil {
+		t.Fatal("bob's lock was answered while alice held it")
+	}
+	all := deliver(t, co, re, co.ExpireLocks(t0.Add(2*time.Second)))
+	for _, a := range all.answers {
+		a.reply(a.r)
+	}
+	all = deliver(t, co, re, co.pump(t0.Add(2*time.Second)))
+	for _, a := range all.answers {
+		a.reply(a.r)
+	}
+	if got := r.got["bobLock"]; got == nil || got.Status != pb.Status_STATUS_OK || string(got.Object.LockHolder) != string(bob) {
+		t.Fatalf("bob's lock after alice's ran out: %v", got)
+	}
+	if o := re.objects["door"]; string(o.LockHolder) != string(bob) {
+		t.Fatalf("replica's lock holder %v", o)
+	}
+	// A write with the release after the lock ran out is refused.
+	late := &pb.Request{RequestId: reqID(10), Op: pb.Op_OP_RELEASE, ObjectId: "door", Write: true, Value: []byte("x")}
+	if got := run(alice, late, "late", t0.Add(2*time.Second)); got.Status != pb.Status_STATUS_LOCKED && got.Status != pb.Status_STATUS_CONFLICT {
+		t.Fatalf("release-write without the lock: %v", got)
 	}
 }
 

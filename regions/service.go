@@ -751,6 +751,7 @@ func (s *Service) maintainLoop() {
 			for _, c := range s.heldRegions() {
 				s.maintain(c, false)
 			}
+			s.expireLocks()
 			s.reportRoles()
 			if ticks%recheckTicks == 0 {
 				s.recheckDead()

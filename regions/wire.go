@@ -192,6 +192,9 @@ func validateRequest(r *pb.Request) error {
 	if len(r.Value) > MaxValueSize {
 		return fmt.Errorf("value of %d bytes: limit %d", len(r.Value), MaxValueSize)
 	}
+	if r.Write && r.Op != pb.Op_OP_RELEASE {
+		return fmt.Errorf("write flag on op %s: only a release writes", r.Op)
+	}
 	switch r.Op {
 	case pb.Op_OP_GET:
 		return nil

@@ -14,6 +14,8 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
+	"github.com/overworld-p2p/overworld/game/vfc/vfcworld"
+	"github.com/overworld-p2p/overworld/regions/position"
 )
 
 // The flags of one concern (logging, listening, the world, a login, ...)
@@ -108,18 +110,42 @@ func (f worldShapeFlags) game() (game.Config, error) {
 	return g, nil
 }
 
-// worldFlags name a P2P world: -world and its shape, which every peer of a
-// network (players and headless peers) must give alike.
+// worldFlags name a P2P world: -world, its shape and its position
+// summaries, which every peer of a network (players and headless peers)
+// must give alike.
 type worldFlags struct {
-	name *string
+	name, summaries *string
 	worldShapeFlags
 }
 
 func addWorldFlags(fs *flag.FlagSet) worldFlags {
 	return worldFlags{
-		name:            fs.String("world", "default", "world name"),
+		name: fs.String("world", "default", "world name"),
+		summaries: fs.String("summaries", "off", "position summaries of the regions around a player (aggregated mode for every player): off, on, "+
+			"or zones from the region border inward as tiles:[seconds,updates,value] (value: % of a tile of dead-reckoning error), the last *:[…]; "+
+			"on is "+zonesText(position.DefaultSummaries())),
 		worldShapeFlags: addWorldShapeFlags(fs, "8x8", ""),
 	}
+}
+
+// zonesText writes summary zones as -summaries reads them.
+func zonesText(sc position.SummaryConfig) string {
+	return vfcworld.SetSettings{Zones: sc.Zones, Scale: sc.Scale}.String()
+}
+
+// summaryConfig is the world's summary setting from -summaries.
+func (f worldFlags) summaryConfig() (position.SummaryConfig, error) {
+	switch *f.summaries {
+	case "off", "":
+		return position.SummaryConfig{}, nil
+	case "on":
+		return position.DefaultSummaries(), nil
+	}
+	set, err := vfcworld.ParseSetSettings(*f.summaries)
+	if err != nil {
+		return position.SummaryConfig{}, fmt.Errorf("-summaries: %w", err)
+	}
+	return position.SummaryConfig{Enabled: true, Zones: set.Zones, Scale: set.Scale}, nil
 }
 
 // accountFlags are the flags of a login on the account server.

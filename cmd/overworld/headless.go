@@ -13,13 +13,15 @@ import (
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/regions/position"
 )
 
 // headlessConfig configures a headless full peer's services.
 type headlessConfig struct {
 	World      string
 	Game       game.Config
-	Account    *play.Account // nil: no leases or token checks
+	Summaries  position.SummaryConfig // the world's (-summaries)
+	Account    *play.Account          // nil: no leases or token checks
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -50,7 +52,7 @@ func startHeadless(ctx context.Context, n *node.Node, cfg headlessConfig) (*head
 	}
 	hp := &headless{}
 	rcfg := play.RegionServicesConfig{
-		World: cfg.World, Game: cfg.Game, PositionInterval: 150 * time.Millisecond,
+		World: cfg.World, Game: cfg.Game, PositionInterval: 150 * time.Millisecond, Summaries: cfg.Summaries,
 		Logger: cfg.Logger, Registerer: cfg.Registerer,
 	}
 	if cfg.Account != nil {

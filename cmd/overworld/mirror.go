@@ -69,6 +69,7 @@ beyond the repetition) installs the authority's after the hash exchange.`, out)
 		maxSkew := fs.Duration("max-skew", 5*time.Millisecond, "largest clock offset between mirrors before /readyz fails; stamps later than now+this are refused")
 		saveEvery := fs.Duration("save-every", 30*time.Second, "how often players' characters are saved")
 		logF := addLogFlags(fs, "info")
+		consistency := addConsistencyFlags(fs)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -105,6 +106,9 @@ beyond the repetition) installs the authority's after the hash exchange.`, out)
 			cfg.AutoDelays = true
 		} else if cfg.Delays, err = parseDelays(*delays); err != nil {
 			return fmt.Errorf("-delays: %w", err)
+		}
+		if err := consistency.apply(&cfg); err != nil {
+			return err
 		}
 		if cfg.Transport, err = crimpF.transportFor(cfg.Authority, log); err != nil {
 			return err

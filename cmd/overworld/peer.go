@@ -52,6 +52,10 @@ its leases.`, out)
 		if err != nil {
 			return err
 		}
+		summaries, err := worldF.summaryConfig()
+		if err != nil {
+			return err
+		}
 		acct, err := accountF.account(out)
 		if err != nil {
 			return err
@@ -83,7 +87,7 @@ its leases.`, out)
 			return err
 		}
 		group.Add(nodeService(n))
-		hp, err := startHeadless(ctx, n, headlessConfig{World: *worldF.name, Game: g, Account: acct, Logger: log, Registerer: reg})
+		hp, err := startHeadless(ctx, n, headlessConfig{World: *worldF.name, Game: g, Summaries: summaries, Account: acct, Logger: log, Registerer: reg})
 		if err != nil {
 			group.Close()
 			return err

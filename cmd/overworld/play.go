@@ -68,6 +68,10 @@ directly. Ctrl-C stops.`, out)
 		if err != nil {
 			return err
 		}
+		summaries, err := worldF.summaryConfig()
+		if err != nil {
+			return err
+		}
 		acct, err := accountF.account(out)
 		if err != nil {
 			return err
@@ -101,7 +105,7 @@ directly. Ctrl-C stops.`, out)
 		group.Add(nodeService(n))
 		p, err := play.New(ctx, n, play.Config{
 			World: *worldF.name, Game: g, Name: *name, Bot: *bot, BotSeed: *worldF.seed, Aggregate: *aggregate,
-			Account: acct, Logger: log, Registerer: reg,
+			Summaries: summaries, Account: acct, Logger: log, Registerer: reg,
 		})
 		if err != nil {
 			group.Close()

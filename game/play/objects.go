@@ -19,9 +19,10 @@ import (
 // read-write at version 0, which only the first creator wins. The values
 // land in the avatar's world, the peer's cache, at the store's versions.
 //
-// Eating is a read-write of the food object against the version the player
-// read: of two players racing for the last unit exactly one commits; the
-// other gets a conflict with the current value. Regrowth is a read-write
+// Eating and picking up are two-step writes under the object's lock
+// (take): the lock's answer carries the current value, the game's rule
+// decides on it, and the release carries the new value; of two players
+// racing for the last unit the second finds nothing left. Regrowth is a read-write
 // too, by any peer in the region once the object's regrow tick has passed.
 // Regrow ticks are on the shared clock (wallTick), so every peer agrees when
 // an object is due.
@@ -374,33 +375,71 @@ func (p *Peer) EatNearest(ctx context.Context) (TakeResult, error) {
 	return p.take(ctx, e)
 }
 
-// take commits an eat (food) or pick-up (health pack) of e against the
-// version read, then applies its effect to the player.
+// takeLockTTL is how long a player holds an object's lock for an eat or a
+// pick-up: the time to decide and release. A holder that vanishes delays
+// the object's next taker this long.
+const takeLockTTL = 3 * time.Second
+
+// take commits an eat (food) or pick-up (health pack) of e as paper 004's
+// two-step write: it locks the object at its region's coordinator (waiting
+// there while another player holds it), decides with the game's rule
+// (game.Object.Eaten, Taken) on the value the lock returns, and writes the
+// result with the release, one commit. Two players eating from food with
+// two units left both eat; of two racing for the last unit the second
+// finds nothing left.
 func (p *Peer) take(ctx context.Context, e game.ObjectEntry) (TakeResult, error) {
-	wt := p.wallTick(time.Now())
-	var next game.Object
-	var err error
 	verb := "eat"
-	if e.Object.Kind == game.ObjectFood {
-		next, err = e.Object.Eaten(wt, p.cfg.Game.FoodRegrowTicks)
-	} else {
+	if e.Object.Kind != game.ObjectFood {
 		verb = "pick up"
-		next, err = e.Object.Taken(wt, p.cfg.Game.HealthPackRespawnTicks)
 	}
+	c, key := coordOf(e.ID.Region), e.ID.Key()
+	before := e.VersionedObject
+	var next game.Object
 	var obj regions.Object
+	locked, err := p.store.Lock(ctx, c, key, takeLockTTL)
 	if err == nil {
-		var value []byte
-		if value, err = next.MarshalBinary(); err == nil {
-			obj, err = p.store.ReadWrite(ctx, coordOf(e.ID.Region), e.ID.Key(), e.Version, value)
-			obj.ID, obj.Value = e.ID.Key(), value
+		locked.ID = key
+		p.mu.Lock()
+		_, valid := p.absorbLocked(e.ID.Region, locked)
+		p.mu.Unlock()
+		var cur game.Object
+		if !valid {
+			err = fmt.Errorf("the locked value of %s is not a valid object of the region", e.ID)
+		} else if cur, err = game.UnmarshalObject(locked.Value); err == nil {
+			before = game.VersionedObject{Version: locked.Version, Object: cur}
+			wt := p.wallTick(time.Now())
+			if cur.Kind == game.ObjectFood {
+				next, err = cur.Eaten(wt, p.cfg.Game.FoodRegrowTicks)
+			} else {
+				next, err = cur.Taken(wt, p.cfg.Game.HealthPackRespawnTicks)
+			}
+		}
+		if err == nil {
+			var value []byte
+			if value, err = next.MarshalBinary(); err == nil {
+				obj, err = p.store.ReleaseWith(ctx, c, key, value)
+				obj.ID, obj.Value = key, value
+			}
+		}
+		if err != nil && obj.ID == "" {
+			// Nothing to write: give the lock back as it was.
+			rctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+			_ = p.store.Release(rctx, c, key)
+			cancel()
 		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.acting = false
-	res := TakeResult{Object: e.ID, Kind: e.Object.Kind, Before: e.VersionedObject}
+	res := TakeResult{Object: e.ID, Kind: e.Object.Kind, Before: before}
 	var conflict *regions.ConflictError
 	switch {
+	case errors.Is(err, game.ErrNothingLeft):
+		// The lock's value had nothing left: someone else took it first.
+		res.After = before
+		p.notice("event", "", "Too late: someone else got there first (nothing left).")
+		p.metrics.takes.WithLabelValues(verb, "conflict").Inc()
+		return res, fmt.Errorf("%s %s: %w", verb, e.ID, ErrTaken)
 	case err == nil:
 		res.After = game.VersionedObject{Version: obj.Version, Object: next}
 		p.absorbLocked(e.ID.Region, obj)

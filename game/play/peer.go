@@ -56,6 +56,9 @@ type Config struct {
 	// (position.Config.FallbackAfter updates) the player publishes directly
 	// as well, and goes back when it answers again.
 	Aggregate bool
+	// Summaries is the world's position summary setting
+	// (RegionServicesConfig.Summaries).
+	Summaries position.SummaryConfig
 	// CardInterval is the gap between two player cards on the chat topic
 	// when nothing changed (default 2 s).
 	CardInterval time.Duration
@@ -152,6 +155,10 @@ func (c *Config) fill(n *node.Node) error {
 type ObjectStore interface {
 	Get(ctx context.Context, c regions.Coord) (regions.State, error)
 	ReadWrite(ctx context.Context, c regions.Coord, id string, readVersion uint64, value []byte) (regions.Object, error)
+	// The two-step write of eats and pick-ups (objects.go, take).
+	Lock(ctx context.Context, c regions.Coord, id string, ttl time.Duration) (regions.Object, error)
+	ReleaseWith(ctx context.Context, c regions.Coord, id string, value []byte) (regions.Object, error)
+	Release(ctx context.Context, c regions.Coord, id string) error
 	Subscribe(c regions.Coord) (*regions.Subscription, error)
 	Coordinator(c regions.Coord) (coordinator, replica peer.ID)
 }
@@ -276,7 +283,7 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 	}
 	rs, err := StartRegionServices(ctx, n, RegionServicesConfig{
 		World: cfg.World, Game: cfg.Game, PositionInterval: cfg.PositionInterval, Aggregate: cfg.Aggregate,
-		Accounts: p.acct, Logger: cfg.Logger, Registerer: cfg.Registerer, positionOptions: cfg.positionOptions,
+		Summaries: cfg.Summaries, Accounts: p.acct, Logger: cfg.Logger, Registerer: cfg.Registerer, positionOptions: cfg.positionOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("play: %w", err)

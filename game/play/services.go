@@ -48,6 +48,11 @@ type RegionServicesConfig struct {
 	// one batch per interval of what players send it for each region it
 	// coordinates, so players of both modes mix in a network.
 	Aggregate bool
+	// Summaries is the world's position summary setting
+	// (position.Config.Summaries): every peer of a world gives the same.
+	// With summaries on every player aggregates, since coordinators
+	// summarise what players send them.
+	Summaries position.SummaryConfig
 	// Accounts is this peer's client of the account server, logged in with
 	// its peer ID; nil runs without leases and token checks.
 	Accounts *accounts.Client
@@ -106,7 +111,8 @@ func StartRegionServices(ctx context.Context, n *node.Node, cfg RegionServicesCo
 	pcfg.World, pcfg.Width, pcfg.Height = cfg.World, cfg.Game.RegionsX, cfg.Game.RegionsY
 	pcfg.RegionUnits = cfg.Game.RegionUnits()
 	pcfg.Interval = cfg.PositionInterval
-	pcfg.Aggregate = cfg.Aggregate
+	pcfg.Aggregate = cfg.Aggregate || cfg.Summaries.Enabled
+	pcfg.Summaries = cfg.Summaries
 	pcfg.Expire = max(pcfg.Expire, 4*cfg.PositionInterval)
 	pcfg.MaxDelay = max(pcfg.MaxDelay, 2*cfg.PositionInterval)
 	pcfg.Rendezvous = max(pcfg.Rendezvous, cfg.PositionInterval)

@@ -30,7 +30,8 @@ type ClientCore struct {
 	cfg     game.Config
 	view    ClientView
 	objects map[game.ObjectID]ClientObject
-	events  map[uint64]int // tentative event id -> index in view.Events
+	held    map[game.PlayerID]HeldPlayer // VFC deltas: every player sent (vfcclient.go)
+	events  map[uint64]int               // tentative event id -> index in view.Events
 	err     *mirrorpb.Error
 }
 
@@ -188,9 +189,13 @@ func (c *ClientCore) update(u *mirrorpb.Update, now time.Time) {
 	v := &c.view
 	v.LeadingTick, v.ConfirmedTick, v.InputSeq = u.LeadingTick, u.ConfirmedTick, u.InputSeq
 	v.Self, v.HasSelf = playerOf(u.Self), true
-	v.Players = v.Players[:0]
-	for _, p := range u.Players {
-		v.Players = append(v.Players, playerOf(p))
+	if c.welcome.ReckonTicks > 0 {
+		c.mergeDelta(u)
+	} else {
+		v.Players = v.Players[:0]
+		for _, p := range u.Players {
+			v.Players = append(v.Players, playerOf(p))
+		}
 	}
 	if len(c.objects) > maxUpdateObjects {
 		clear(c.objects)

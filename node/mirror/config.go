@@ -12,6 +12,7 @@ import (
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/arbiter"
 	"github.com/overworld-p2p/overworld/game/tss"
+	"github.com/overworld-p2p/overworld/game/vfc/vfcworld"
 	"github.com/overworld-p2p/overworld/node/crimp"
 	"github.com/overworld-p2p/overworld/node/duty"
 )
@@ -128,8 +129,13 @@ type Config struct {
 	// MaxBadFrames is how many refused frames a client may send before it
 	// is disconnected (default 16).
 	MaxBadFrames int
-	// Interest picks what each client is sent (default NeighbourInterest).
-	Interest Interest
+	// Egress selects what each client is sent each frame (default
+	// EgressVFC); Consistency configures vector-field consistency (default
+	// vfcworld.DefaultSettings()); Interest is EgressArea's area (default
+	// NeighbourInterest).
+	Egress      EgressMode
+	Consistency vfcworld.Settings
+	Interest    Interest
 	// Logger defaults to slog.Default(); Registerer, if set, gets the
 	// server's metrics.
 	Logger     *slog.Logger
@@ -188,6 +194,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Interest == nil {
 		c.Interest = NeighbourInterest
+	}
+	if c.Consistency.Players.Scale == nil && c.Consistency.Objects.Scale == nil {
+		c.Consistency = vfcworld.DefaultSettings()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -274,6 +283,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBadFrames < 1 {
 		errs = append(errs, fmt.Errorf("MaxBadFrames %d below 1", c.MaxBadFrames))
+	}
+	if err := c.validateEgress(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

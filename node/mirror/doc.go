@@ -28,9 +28,12 @@
 // mirror takes and refuses the same commands.
 //
 // Egress: every frame each mirror sends each of its clients an Update from
-// the leading state — the player, the others in its area (Interest, a
-// swappable function), the objects that changed — with the leading and
-// the last state's ticks. Strictly consistent events go out tentatively
+// the leading state with the leading and the last state's ticks: the
+// player, and what vector-field consistency (game/vfc/vfcworld, one view
+// per client, its pivot the client's avatar) says the client needs this
+// frame of the others and of the objects; the client keeps the rest and
+// dead-reckons players between their updates (egress.go, vfcclient.go).
+// Config.Egress can instead send the whole Interest area every frame. Strictly consistent events go out tentatively
 // from the leading state and are confirmed or retracted when the last
 // state has settled their tick.
 //

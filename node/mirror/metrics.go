@@ -56,6 +56,7 @@ type metrics struct {
 	dumps                          atomic.Uint64
 	updatesSent, updateBytes       atomic.Uint64
 	updatesDropped                 atomic.Uint64
+	vfcFailures                    atomic.Uint64
 	inputsReceived                 atomic.Uint64
 	sessionsOpened, sessionsClosed atomic.Uint64
 	saves, savesFailed             atomic.Uint64
@@ -111,6 +112,7 @@ var (
 	descUpdates    = descCounter("mirror_updates_sent_total", "State updates sent to clients.")
 	descUpBytes    = descCounter("mirror_update_bytes_total", "Bytes of state updates sent to clients.")
 	descUpDropped  = descCounter("mirror_updates_dropped_total", "Updates dropped because a client's queue was full.")
+	descVFCFailed  = descCounter("mirror_vfc_failures_total", "Egress frames vector-field consistency could not compute (clients got only their own player).")
 	descInputs     = descCounter("mirror_inputs_received_total", "Input frames received from clients.")
 	descSessions   = descCounter("mirror_sessions", "Client sessions open.")
 	descSaves      = prometheus.NewDesc("mirror_character_saves_total", "Character saves to the account server, by result.", []string{"result"}, nil)
@@ -125,7 +127,7 @@ var (
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRefused, descSent, descReceived, descAgreed, descMismatched, descResyncs, descDumps,
-		descUpdates, descUpBytes, descUpDropped, descInputs, descSessions, descSaves, descReleases, descLeadRb, descTicks,
+		descUpdates, descUpBytes, descUpDropped, descVFCFailed, descInputs, descSessions, descSaves, descReleases, descLeadRb, descTicks,
 		descSkew, descSkewErr, descSkewAlarm, descReady} {
 		ch <- d
 	}
@@ -158,6 +160,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(descUpdates, m.updatesSent.Load())
 	counter(descUpBytes, m.updateBytes.Load())
 	counter(descUpDropped, m.updatesDropped.Load())
+	counter(descVFCFailed, m.vfcFailures.Load())
 	counter(descInputs, m.inputsReceived.Load())
 	gauge(descSessions, float64(m.sessions.Load()))
 	ch <- prometheus.MustNewConstMetric(descSaves, prometheus.CounterValue, float64(m.saves.Load()), "ok")

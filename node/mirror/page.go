@@ -213,7 +213,11 @@ func (p *PageSession) Snapshot() webui.View {
 		}
 	}
 	for _, pl := range v.Players {
-		view.Players = append(view.Players, webui.PlayerViewOf(pl))
+		// Under VFC the client holds everyone (far players at low rates);
+		// the page draws its neighbourhood.
+		if near[game.RegionOf(cfg, pl.Pos)] {
+			view.Players = append(view.Players, webui.PlayerViewOf(pl))
+		}
 	}
 	st := v.Status
 	view.Status = webui.Status{

@@ -95,6 +95,7 @@ type Server struct {
 	cps         checkpoints
 	releases    map[crimp.MemberID]crimp.Timer
 	ev          eventState // the event protocol's (event.go)
+	vfc         *vfcEgress // EgressVFC's filter (egress.go)
 }
 
 // capture is a character to save once the last state has executed the

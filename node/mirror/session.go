@@ -290,7 +290,7 @@ func (s *Server) join(sess *session, saved *game.Character, version int64, resto
 	cfg, _ := s.cfg.Game.MarshalBinary()
 	sess.link.Send(encode(&mirrorpb.ServerFrame{Body: &mirrorpb.ServerFrame_Welcome{Welcome: &mirrorpb.Welcome{
 		Player: string(sess.player), Name: sess.name, Mirror: uint32(s.id), WorldConfig: cfg,
-		TickPeriodNs: int64(s.sync.Config().TickPeriod), Restored: restored,
+		TickPeriodNs: int64(s.sync.Config().TickPeriod), Restored: restored, ReckonTicks: s.reckonTicks(),
 	}}}))
 	s.log.Info("player joined", "player", sess.player, "name", sess.name, "restored", restored)
 }

@@ -165,13 +165,16 @@ func DecodeServerFrame(b []byte) (*mirrorpb.ServerFrame, error) {
 		if w.TickPeriodNs <= 0 || w.TickPeriodNs > int64(time.Minute) {
 			return nil, fmt.Errorf("welcome: tick period %dns", w.TickPeriodNs)
 		}
+		if w.ReckonTicks > maxReckonTicks {
+			return nil, fmt.Errorf("welcome: reckoning of %d ticks, at most %d", w.ReckonTicks, maxReckonTicks)
+		}
 	case *mirrorpb.ServerFrame_Update:
 		u := body.Update
 		if u == nil || u.Self == nil {
 			return nil, errors.New("update without the player")
 		}
 		if len(u.Players) > maxUpdatePlayers || len(u.Objects) > maxUpdateObjects || len(u.Events) > maxUpdateEvents ||
-			len(u.Confirmed) > maxUpdateEvents || len(u.Retracted) > maxUpdateEvents {
+			len(u.Confirmed) > maxUpdateEvents || len(u.Retracted) > maxUpdateEvents || len(u.Gone) > maxUpdatePlayers {
 			return nil, errors.New("update over its limits")
 		}
 		for _, p := range append([]*mirrorpb.PlayerState{u.Self}, u.Players...) {
@@ -179,6 +182,11 @@ func DecodeServerFrame(b []byte) (*mirrorpb.ServerFrame, error) {
 				return nil, errors.New("update: empty player")
 			}
 			if err := errors.Join(str("player id", p.Id, game.MaxPlayerIDLen), str("player name", p.Name, game.MaxNameLen)); err != nil {
+				return nil, fmt.Errorf("update: %w", err)
+			}
+		}
+		for _, id := range u.Gone {
+			if err := str("gone player", id, game.MaxPlayerIDLen); err != nil {
 				return nil, fmt.Errorf("update: %w", err)
 			}
 		}

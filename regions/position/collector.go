@@ -39,6 +39,12 @@ var (
 		"Aggregated mode: updates this player published directly because its coordinator did not answer.", nil, nil)
 	descPublishingDirect = prometheus.NewDesc("overworld_position_publishing_direct",
 		"Aggregated mode: 1 while this player publishes its updates directly (fallback), else 0.", nil, nil)
+	descSummaries = prometheus.NewDesc("overworld_position_summaries_published_total",
+		"Summaries published, by whose: region (as its coordinator) or own (this player alone, while it publishes directly).", []string{"whose"}, nil)
+	descSummaryEntries = prometheus.NewDesc("overworld_position_summary_entries_total",
+		"Player updates carried in the region summaries this peer published.", nil, nil)
+	descTopicBytesIn = prometheus.NewDesc("overworld_position_topic_bytes_in_total",
+		"Bytes of other peers' messages accepted on position topics, by kind (position, summary).", []string{"kind"}, nil)
 	descStreamBytes = prometheus.NewDesc("overworld_position_stream_bytes_total",
 		"Bytes on position streams to and from coordinators, by direction.", []string{"direction"}, nil)
 )
@@ -47,7 +53,8 @@ var (
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublished, descUplink, descBatches, descBatchEntries, descDelivered,
 		descLost, descRejected, descIgnored, descRendezvous, descStreamBytes,
-		descFallbacks, descFallbackResumed, descFallbackPublished, descPublishingDirect} {
+		descFallbacks, descFallbackResumed, descFallbackPublished, descPublishingDirect,
+		descSummaries, descSummaryEntries, descTopicBytesIn} {
 		ch <- d
 	}
 }
@@ -78,6 +85,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range []string{FallbackNoCoordinator, FallbackUplinkFailed, FallbackUnanswered} {
 		counter(descFallbacks, st.Fallbacks[r], r)
 	}
+	counter(descSummaries, st.SummariesPublished, "region")
+	counter(descSummaries, st.OwnSummaries, "own")
+	counter(descSummaryEntries, st.SummaryEntries)
+	counter(descTopicBytesIn, st.PositionBytesIn, "position")
+	counter(descTopicBytesIn, st.SummaryBytesIn, "summary")
 	counter(descFallbackResumed, st.FallbackResumed)
 	counter(descFallbackPublished, st.FallbackPublished)
 	direct := 0.0

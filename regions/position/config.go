@@ -71,6 +71,12 @@ type Config struct {
 	// a coordinator fails, receivers therefore miss at most FallbackAfter
 	// of a player's updates (see failover.go).
 	FallbackAfter int
+	// Summaries, in aggregated mode, has each coordinator publish
+	// vector-field-consistency summaries of its region for the players of
+	// the regions around it, who then take full-rate updates only of
+	// their own region (summary.go). Off by default; every peer of a
+	// world must use the same.
+	Summaries SummaryConfig
 	// Rendezvous is how often a player re-registers with the coordinators of
 	// the regions it subscribes to and connects to the members they name.
 	Rendezvous time.Duration
@@ -188,6 +194,9 @@ func (c Config) validate() error {
 	}
 	if c.Now == nil {
 		errs = append(errs, errors.New("clock is nil"))
+	}
+	if err := c.Summaries.validate(c); err != nil {
+		errs = append(errs, fmt.Errorf("summaries: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -38,6 +38,13 @@
 // counted and dropped unforwarded. Every per-peer table (tracker,
 // limiter, rendezvous registrations) is bounded and evicts.
 //
+// With Config.Summaries (a setting of the world, aggregated mode) a
+// player takes full-rate updates only of its own region and, near a
+// border, of the region across it; of the other regions within Radius it
+// takes their coordinators' summaries, which vector-field consistency
+// (game/vfc) thins by each player's distance from the region's border, on
+// a topic of their own (summary.go).
+//
 // The coordinator stream also serves rendezvous: a player sends Join for each
 // region it subscribes to and gets back the peers interested in it, and
 // connects to them so that gossipsub can build the topic's mesh.

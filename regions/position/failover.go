@@ -136,6 +136,10 @@ func (s *Service) sendAggregated(ctx context.Context, own regions.Coord, u *Upda
 	}
 	s.mu.Lock()
 	direct, started, resumed := s.fb.decide(u.Seq, e.id, result)
+	var ownSum *Batch
+	if result != uplinkLocal {
+		ownSum = s.ownSummary(coordOf(u.RegionX, u.RegionY), u, direct, s.cfg.Now())
+	}
 	s.mu.Unlock()
 	if started != "" {
 		s.count.fallback(started)
@@ -150,6 +154,9 @@ func (s *Service) sendAggregated(ctx context.Context, own regions.Coord, u *Upda
 		s.publish(ctx, own, &Envelope{Body: &Envelope_Update{Update: u}})
 		s.count.published.Add(1)
 		s.count.fallbackPublished.Add(1)
+	}
+	if ownSum != nil {
+		s.publishSummaries(ctx, []*Batch{ownSum}, true)
 	}
 }
 
@@ -198,9 +205,14 @@ func (s *Service) refreshCoordinators(now time.Time) {
 		return
 	}
 	s.topicMu.Lock()
-	regs := make([]regions.Coord, 0, len(s.topics))
+	regs := make([]regions.Coord, 0, len(s.topics)+len(s.sumTopics))
 	for c, rt := range s.topics {
 		if rt.sub != nil {
+			regs = append(regs, c)
+		}
+	}
+	for c, rt := range s.sumTopics {
+		if rt.sub != nil && !subscribed(s.topics[c]) {
 			regs = append(regs, c)
 		}
 	}

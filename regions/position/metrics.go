@@ -34,6 +34,16 @@ type Stats struct {
 	FallbackResumed   uint64
 	FallbackPublished uint64
 	PublishingDirect  bool
+	// Summaries (summary.go): published as a coordinator and their
+	// entries; published of this player alone while it published
+	// directly; and the bytes of accepted messages from others on
+	// position topics and on summary topics (what following a region
+	// costs this peer).
+	SummariesPublished uint64
+	SummaryEntries     uint64
+	OwnSummaries       uint64
+	PositionBytesIn    uint64
+	SummaryBytesIn     uint64
 }
 
 // counters is the concurrent side of Stats.
@@ -44,6 +54,8 @@ type counters struct {
 	uplinkReceived, streamOut, streamIn     atomic.Uint64
 	resumed, fallbackPublished              atomic.Uint64
 	direct                                  atomic.Bool
+	summaries, summaryEntries, ownSummaries atomic.Uint64
+	positionBytesIn, summaryBytesIn         atomic.Uint64
 
 	mu        sync.Mutex
 	rejected  map[string]uint64
@@ -110,6 +122,12 @@ func (c *counters) snapshot(t TrackerStats) Stats {
 		UplinkReceived:   c.uplinkReceived.Load(),
 		StreamBytesOut:   c.streamOut.Load(),
 		StreamBytesIn:    c.streamIn.Load(),
+
+		SummariesPublished: c.summaries.Load(),
+		SummaryEntries:     c.summaryEntries.Load(),
+		OwnSummaries:       c.ownSummaries.Load(),
+		PositionBytesIn:    c.positionBytesIn.Load(),
+		SummaryBytesIn:     c.summaryBytesIn.Load(),
 
 		Fallbacks:         maps.Clone(c.fallbacks),
 		FallbackResumed:   c.resumed.Load(),

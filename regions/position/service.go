@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -33,6 +34,7 @@ type Delivery struct {
 	Sent    time.Time // the sender's clock at publish
 	Arrived time.Time
 	Batched bool // came in a coordinator's batch
+	Summary bool // came in a summary (summary.go)
 }
 
 // Option configures a Service.
@@ -97,8 +99,9 @@ type Service struct {
 	admission     Admission // nil: an open world
 	count         *counters
 
-	topicMu sync.Mutex                     // guards topics; taken before mu, never after
-	topics  map[regions.Coord]*regionTopic // joined topics, subscribed or not
+	topicMu   sync.Mutex                     // guards topics and sumTopics; taken before mu, never after
+	topics    map[regions.Coord]*regionTopic // joined topics, subscribed or not
+	sumTopics map[regions.Coord]*regionTopic // joined summary topics (summary.go)
 
 	mu          sync.Mutex
 	tracker     *Tracker       // updates heard on topics
@@ -117,7 +120,10 @@ type Service struct {
 	uplink      *uplink
 	rendezvous  map[regions.Coord]time.Time // next rendezvous per subscribed region
 	inFlight    map[regions.Coord]bool
-	fb          fallback // aggregated mode: when to publish directly too
+	fb          fallback                      // aggregated mode: when to publish directly too
+	summaries   map[regions.Coord]*summariser // coordinator: per region, for the neighbours
+	own         *summariser                   // this player alone, while it publishes directly
+	ownSumAt    regions.Coord
 
 	runCtx context.Context
 	wg     sync.WaitGroup
@@ -167,6 +173,8 @@ func New(n *node.Node, cfg Config, opts ...Option) (*Service, error) {
 		heard:       newAuthorLimiter(cfg),
 		uplinked:    newAuthorLimiter(cfg),
 		topics:      map[regions.Coord]*regionTopic{},
+		sumTopics:   map[regions.Coord]*regionTopic{},
+		summaries:   map[regions.Coord]*summariser{},
 		view:        map[peer.ID]*seenPlayer{},
 		coordinator: map[regions.Coord]coordinatorEntry{},
 		interested:  map[regions.Coord]map[peer.ID]time.Time{},
@@ -304,11 +312,13 @@ func (s *Service) shutdown() {
 	defer s.topicMu.Unlock()
 	s.mu.Lock()
 	var subs []*pubsub.Subscription
-	for _, rt := range s.topics {
-		if rt.sub != nil {
-			rt.cancel()
-			subs = append(subs, rt.sub)
-			rt.sub = nil
+	for _, ts := range []map[regions.Coord]*regionTopic{s.topics, s.sumTopics} {
+		for _, rt := range ts {
+			if rt.sub != nil {
+				rt.cancel()
+				subs = append(subs, rt.sub)
+				rt.sub = nil
+			}
 		}
 	}
 	if s.uplink != nil {
@@ -340,9 +350,11 @@ func (s *Service) tick(ctx context.Context) {
 	if !placed {
 		s.mu.Lock()
 		batches := s.takeBatches()
+		sums := s.takeSummaries(batches, now)
 		s.expire(now)
 		s.mu.Unlock()
 		s.publishBatches(ctx, batches)
+		s.publishSummaries(ctx, sums, false)
 		return
 	}
 	s.updateSubscriptions(ctx, now, pos)
@@ -364,6 +376,7 @@ func (s *Service) tick(ctx context.Context) {
 		SentUnixMicro: now.UnixMicro(), Relocations: s.relocations,
 	}
 	batches := s.takeBatches()
+	sums := s.takeSummaries(batches, now)
 	if ctx.Err() == nil {
 		s.startRendezvous(ctx, now)
 	}
@@ -377,6 +390,7 @@ func (s *Service) tick(ctx context.Context) {
 		s.count.published.Add(1)
 	}
 	s.publishBatches(ctx, batches)
+	s.publishSummaries(ctx, sums, false)
 }
 
 // publishBatches publishes the batches of the regions this peer
@@ -390,13 +404,18 @@ func (s *Service) publishBatches(ctx context.Context, batches []*Batch) {
 }
 
 func (s *Service) publish(ctx context.Context, c regions.Coord, env *Envelope) {
+	s.publishTo(ctx, c, false, env)
+}
+
+// publishTo publishes on region c's position topic, or its summary topic.
+func (s *Service) publishTo(ctx context.Context, c regions.Coord, summary bool, env *Envelope) {
 	data, err := proto.Marshal(env)
 	if err != nil {
 		s.log.Error("encode position message", "err", err)
 		return
 	}
 	s.topicMu.Lock()
-	rt, err := s.joinTopic(c)
+	rt, err := s.joinTopicOf(c, summary)
 	s.topicMu.Unlock()
 	if err != nil {
 		s.log.Warn("join position topic", "region", c, "err", err)
@@ -411,11 +430,19 @@ func (s *Service) publish(ctx context.Context, c regions.Coord, env *Envelope) {
 // validator on first use. Called with s.topicMu held (not s.mu: the pubsub
 // calls wait for its event loop, and the validators need s.mu meanwhile).
 func (s *Service) joinTopic(c regions.Coord) (*regionTopic, error) {
-	if rt, ok := s.topics[c]; ok {
+	return s.joinTopicOf(c, false)
+}
+
+// joinTopicOf is joinTopic for the position topic or the summary topic.
+func (s *Service) joinTopicOf(c regions.Coord, summary bool) (*regionTopic, error) {
+	topics, name := s.topics, Topic(s.cfg.World, c)
+	if summary {
+		topics, name = s.sumTopics, SummaryTopic(s.cfg.World, c, s.cfg.Summaries)
+	}
+	if rt, ok := topics[c]; ok {
 		return rt, nil
 	}
-	name := Topic(s.cfg.World, c)
-	if err := s.ps.RegisterTopicValidator(name, s.validator(c), pubsub.WithValidatorInline(true)); err != nil {
+	if err := s.ps.RegisterTopicValidator(name, s.validator(c, summary), pubsub.WithValidatorInline(true)); err != nil {
 		return nil, fmt.Errorf("validator for %s: %w", name, err)
 	}
 	t, err := s.ps.Join(name)
@@ -427,7 +454,7 @@ func (s *Service) joinTopic(c regions.Coord) (*regionTopic, error) {
 		s.log.Debug("topic scoring not set", "topic", name, "err", err)
 	}
 	rt := &regionTopic{topic: t}
-	s.topics[c] = rt
+	topics[c] = rt
 	return rt, nil
 }
 
@@ -449,7 +476,8 @@ func (s *Service) updateSubscriptions(ctx context.Context, now time.Time, pos Ve
 			delete(s.rendezvous, c)
 		}
 	}()
-	for _, c := range s.grid.Subscriptions(pos, s.cfg.Radius, s.cfg.Prefetch) {
+	full, summarised := s.interest(pos)
+	for _, c := range full {
 		need[c] = true
 		rt, err := s.joinTopic(c)
 		if err != nil {
@@ -471,7 +499,24 @@ func (s *Service) updateSubscriptions(ctx context.Context, now time.Time, pos Ve
 		s.wg.Add(1)
 		go s.readLoop(subCtx, sub)
 	}
-	for c, rt := range s.topics {
+	left = append(left, s.lingerOut(s.topics, need, now)...)
+	sj, sl := s.updateSummarySubscriptions(ctx, now, summarised)
+	joined = append(joined, sj...)
+	left = append(left, sl...)
+	// A region left on one topic and still followed on the other keeps
+	// its rendezvous.
+	left = slices.DeleteFunc(left, func(c regions.Coord) bool {
+		return subscribed(s.topics[c]) || subscribed(s.sumTopics[c])
+	})
+}
+
+func subscribed(rt *regionTopic) bool { return rt != nil && rt.sub != nil }
+
+// lingerOut unsubscribes from the topics of ts not needed for Linger and
+// returns their regions. Called with s.topicMu held.
+func (s *Service) lingerOut(ts map[regions.Coord]*regionTopic, need map[regions.Coord]bool, now time.Time) []regions.Coord {
+	var left []regions.Coord
+	for c, rt := range ts {
 		if need[c] || rt.sub == nil {
 			continue
 		}
@@ -484,6 +529,7 @@ func (s *Service) updateSubscriptions(ctx context.Context, now time.Time, pos Ve
 			left = append(left, c)
 		}
 	}
+	return left
 }
 
 // readLoop delivers a subscription's validated messages.
@@ -511,7 +557,7 @@ func (s *Service) readLoop(ctx context.Context, sub *pubsub.Subscription) {
 			if s.onDeliver != nil {
 				s.onDeliver(Delivery{
 					Player: peer.ID(u.Player), Region: coordOf(u.RegionX, u.RegionY), Seq: u.Seq,
-					Sent: time.UnixMicro(u.SentUnixMicro), Arrived: now, Batched: accepted.batched,
+					Sent: time.UnixMicro(u.SentUnixMicro), Arrived: now, Batched: accepted.batched, Summary: accepted.summary,
 				})
 			}
 		}
@@ -523,13 +569,24 @@ func (s *Service) readLoop(ctx context.Context, sub *pubsub.Subscription) {
 type accepted struct {
 	updates []*Update
 	batched bool
+	summary bool
 }
 
-// validator checks a message on region c's topic: size, decoding, author,
-// region, then each update against the Tracker.
-func (s *Service) validator(c regions.Coord) pubsub.ValidatorEx {
+// validator checks a message on region c's topic (or summary topic):
+// size, decoding, author, region, then each update against the Tracker.
+func (s *Service) validator(c regions.Coord, summary bool) pubsub.ValidatorEx {
 	return func(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
-		v, reason, acc := s.check(c, msg)
+		var v Verdict
+		var reason string
+		var acc accepted
+		if summary {
+			v, reason, acc = s.checkSummary(c, msg)
+		} else {
+			v, reason, acc = s.check(c, msg)
+			if v == Accept && len(acc.updates) > 0 {
+				s.count.positionBytesIn.Add(uint64(len(msg.GetData())))
+			}
+		}
 		s.count.verdict(v, reason)
 		s.noteEcho(msg)
 		switch v {

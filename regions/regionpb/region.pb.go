@@ -101,6 +101,9 @@ const (
 	// The request is invalid and will stay so.
 	Status_STATUS_BAD_REQUEST Status = 6
 	Status_STATUS_DENIED      Status = 7
+	// Too many requests already wait for locked objects of the region (per
+	// object, per region or per player): retry later.
+	Status_STATUS_BUSY Status = 8
 )
 
 // Enum value maps for Status.
@@ -114,6 +117,7 @@ var (
 		5: "STATUS_RETRY",
 		6: "STATUS_BAD_REQUEST",
 		7: "STATUS_DENIED",
+		8: "STATUS_BUSY",
 	}
 	Status_value = map[string]int32{
 		"STATUS_UNSPECIFIED": 0,
@@ -124,6 +128,7 @@ var (
 		"STATUS_RETRY":       5,
 		"STATUS_BAD_REQUEST": 6,
 		"STATUS_DENIED":      7,
+		"STATUS_BUSY":        8,
 	}
 )
 
@@ -506,7 +511,11 @@ type Request struct {
 	// coordinator during the state transfer.
 	Forwarded bool `protobuf:"varint,8,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
 	// The player on whose behalf a forwarded request runs (lock holder).
-	Origin        []byte `protobuf:"bytes,9,opt,name=origin,proto3" json:"origin,omitempty"`
+	Origin []byte `protobuf:"bytes,9,opt,name=origin,proto3" json:"origin,omitempty"`
+	// OP_RELEASE: also set the object's value to value, in the same commit
+	// (the second step of a two-step write; refused with STATUS_CONFLICT if
+	// the sender no longer holds the lock).
+	Write         bool `protobuf:"varint,10,opt,name=write,proto3" json:"write,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,6 +611,13 @@ func (x *Request) GetOrigin() []byte {
 		return x.Origin
 	}
 	return nil
+}
+
+func (x *Request) GetWrite() bool {
+	if x != nil {
+		return x.Write
+	}
+	return false
 }
 
 type Reply struct {
@@ -1731,7 +1747,7 @@ const file_region_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x125\n" +
 	"\aobjects\x18\x03 \x03(\v2\x1b.overworld.region.v1.ObjectR\aobjects\x12-\n" +
-	"\x04done\x18\x04 \x03(\v2\x19.overworld.region.v1.DoneR\x04done\"\x99\x02\n" +
+	"\x04done\x18\x04 \x03(\v2\x19.overworld.region.v1.DoneR\x04done\"\xaf\x02\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12'\n" +
@@ -1742,7 +1758,9 @@ const file_region_proto_rawDesc = "" +
 	"\vlock_ttl_ms\x18\x06 \x01(\rR\tlockTtlMs\x12\x1a\n" +
 	"\bsuspects\x18\a \x03(\fR\bsuspects\x12\x1c\n" +
 	"\tforwarded\x18\b \x01(\bR\tforwarded\x12\x16\n" +
-	"\x06origin\x18\t \x01(\fR\x06origin\"\x82\x02\n" +
+	"\x06origin\x18\t \x01(\fR\x06origin\x12\x14\n" +
+	"\x05write\x18\n" +
+	" \x01(\bR\x05write\"\x82\x02\n" +
 	"\x05Reply\x123\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1b.overworld.region.v1.StatusR\x06status\x123\n" +
 	"\x06object\x18\x02 \x01(\v2\x1b.overworld.region.v1.ObjectR\x06object\x125\n" +
@@ -1825,7 +1843,7 @@ const file_region_proto_rawDesc = "" +
 	"\rOP_READ_WRITE\x10\x03\x12\v\n" +
 	"\aOP_LOCK\x10\x04\x12\x0e\n" +
 	"\n" +
-	"OP_RELEASE\x10\x05*\xa9\x01\n" +
+	"OP_RELEASE\x10\x05*\xba\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tSTATUS_OK\x10\x01\x12\x13\n" +
@@ -1834,7 +1852,8 @@ const file_region_proto_rawDesc = "" +
 	"\x0fSTATUS_REDIRECT\x10\x04\x12\x10\n" +
 	"\fSTATUS_RETRY\x10\x05\x12\x16\n" +
 	"\x12STATUS_BAD_REQUEST\x10\x06\x12\x11\n" +
-	"\rSTATUS_DENIED\x10\a*=\n" +
+	"\rSTATUS_DENIED\x10\a\x12\x0f\n" +
+	"\vSTATUS_BUSY\x10\b*=\n" +
 	"\x04Role\x12\r\n" +
 	"\tROLE_NONE\x10\x00\x12\x14\n" +
 	"\x10ROLE_COORDINATOR\x10\x01\x12\x10\n" +

@@ -2,60 +2,57 @@ package vfcbench
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
+	"log/slog"
 	"math"
-	"slices"
+	"math/rand"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/overworld-p2p/overworld/bootstrap/accounts/token"
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/vfc"
 	"github.com/overworld-p2p/overworld/game/vfc/vfcworld"
+	"github.com/overworld-p2p/overworld/node/crimp"
+	"github.com/overworld-p2p/overworld/node/mirror"
 )
 
-// The wire cost model of a client update. The mirror egress and its wire
-// format do not exist yet; these sizes are a compact binary encoding of
-// what a client needs, the same for VFC and the baselines, so the ratios
-// depend little on them.
-const (
-	// FrameHeaderBytes: leading and confirmed tick, record counts.
-	FrameHeaderBytes = 16
-	// PlayerRecordBytes: a 2-byte player index, position (2×4), velocity
-	// (2×2), health, hunger, flags (3×1), score (4), tick offset (2).
-	PlayerRecordBytes = 2 + 8 + 4 + 3 + 4 + 2
-	// ObjectRecordBytes: a 2-byte object index and game.Object's encoding.
-	ObjectRecordBytes = 2 + game.ObjectWireSize
-	// DropRecordBytes: a 2-byte player index.
-	DropRecordBytes = 2
-)
-
-// DemoConfig is the 50-client demo: bot-driven players in a game.World,
-// each with a client whose view the Filter runs, and no network.
+// DemoConfig is the 50-client demo: a real mirror (node/mirror over CRIMP
+// on the in-memory network, in simulated time) with bot-driven clients
+// speaking the real client protocol (mirror.LocalClient), played once per
+// egress mode.
 type DemoConfig struct {
-	Clients    int
-	Seconds    int
-	FrameTicks int // world ticks per frame (round)
-	Seed       uint64
-	World      game.Config
-	Settings   vfcworld.Settings
+	Clients int
+	// Seconds are measured after Warmup seconds of play.
+	Seconds, Warmup int
+	FrameTicks      int
+	Seed            uint64
+	World           game.Config
+	Settings        vfcworld.Settings
 }
 
-// DefaultDemo is 50 clients for 60 s of the default world, a frame every
-// tick (30 Hz), with vfcworld's default settings.
+// DefaultDemo is 50 clients for a minute in the standard 8×8 world, an
+// update every tick.
 func DefaultDemo() DemoConfig {
-	return DemoConfig{Clients: 50, Seconds: 60, FrameTicks: 1, Seed: 1, World: game.DefaultConfig(), Settings: vfcworld.DefaultSettings()}
+	return DemoConfig{Clients: 50, Seconds: 60, Warmup: 2, FrameTicks: 1, Seed: 1, World: game.DefaultConfig(), Settings: vfcworld.DefaultSettings()}
 }
 
-// Traffic is what the clients were sent in total under one policy.
+// Traffic is what the clients were sent in total under one egress mode:
+// the encoded update frames, as the clients received them.
 type Traffic struct {
-	Policy  string `json:"policy"`
-	Records int64  `json:"records"`
-	Bytes   int64  `json:"bytes"`
+	Policy string `json:"policy"`
+	Frames int64  `json:"frames"`
+	Bytes  int64  `json:"bytes"`
 	// BytesPerClientSecond is the mean downstream rate of one client.
 	BytesPerClientSecond float64 `json:"bytes_per_client_second"`
 }
 
 // ZoneRow is the largest staleness seen in one zone of one set, measured
-// on the harness's own copies after every round, against the zone's bound.
+// on what the clients held after every update against the mirror's world
+// at that update's tick.
 type ZoneRow struct {
 	Set   string     `json:"set"`
 	Zone  int        `json:"zone"` // from 1, as the paper numbers them
@@ -67,8 +64,8 @@ type ZoneRow struct {
 	// zone; StaleFrames those whose copy was behind the primary.
 	PairFrames  int64 `json:"pair_frames"`
 	StaleFrames int64 `json:"stale_frames"`
-	// The largest age of a stale copy (since its last send), missed
-	// updates and value difference seen.
+	// The largest age of a stale copy (since it was sent), missed updates
+	// (objects: versions behind) and value difference seen.
 	MaxAgeSeconds float64 `json:"max_age_s"`
 	MaxMissed     int     `json:"max_missed"`
 	MaxValue      float64 `json:"max_value"`
@@ -83,257 +80,288 @@ type ZoneRow struct {
 // DemoReport is the outcome of RunDemo.
 type DemoReport struct {
 	Clients    int `json:"clients"`
-	Players    int `json:"players"`
 	Objects    int `json:"objects"`
 	Seconds    int `json:"seconds"`
-	Frames     int `json:"frames"`
 	FrameTicks int `json:"frame_ticks"`
-	// Traffic under VFC and three baselines: every object every frame
-	// (send-all), every change to every client (the paper's version 1),
-	// and every change within the 3×3 regions around the client (the
-	// area the page draws).
-	VFC         Traffic   `json:"vfc"`
-	SendAll     Traffic   `json:"send_all"`
-	SendChanged Traffic   `json:"send_every_change"`
-	AOIChanged  Traffic   `json:"send_changes_in_3x3_regions"`
-	Zones       []ZoneRow `json:"zones"`
-	// FilterTime is the wall time spent in Filter.Frame and AppendSends
-	// over the run, and per frame (all clients).
-	FilterTime     time.Duration `json:"filter_ns"`
-	FilterPerFrame time.Duration `json:"filter_per_frame_ns"`
+	// Traffic under VFC and two baselines, each a run of its own (bots
+	// decide from what they are sent, so the runs differ a little): every
+	// player and object every frame (send-all), and everyone plus changed
+	// objects in the 3×3 regions around the client every frame (the
+	// egress before VFC).
+	VFC     Traffic `json:"vfc"`
+	SendAll Traffic `json:"send_all"`
+	Area    Traffic `json:"send_area"`
+	// Missing counts (client, object, frame) observations where a client
+	// held no copy of something in the world (should be 0).
+	Missing int64     `json:"missing"`
+	Zones   []ZoneRow `json:"zones"`
 }
 
-type shadowCopy struct {
-	has    bool
-	state  vfcworld.State
-	sentAt uint64 // tick
-	missed int
-}
-
-// RunDemo plays the demo and measures traffic and staleness. The run is
-// deterministic for a config (except FilterTime).
+// RunDemo plays the demo under each egress mode and measures the bytes
+// and, under VFC, the staleness of every copy every client holds.
 func RunDemo(ctx context.Context, dc DemoConfig) (*DemoReport, error) {
-	if dc.Clients < 1 || dc.Seconds < 1 || dc.FrameTicks < 1 {
-		return nil, fmt.Errorf("demo: %d clients, %d s, %d ticks per frame: need at least one of each", dc.Clients, dc.Seconds, dc.FrameTicks)
+	if dc.Clients < 1 || dc.Seconds < 1 || dc.Warmup < 0 || dc.FrameTicks < 1 {
+		return nil, fmt.Errorf("demo: %d clients, %d s (%d s warm-up), %d ticks per frame: need at least one of each", dc.Clients, dc.Seconds, dc.Warmup, dc.FrameTicks)
 	}
-	w, err := game.NewWorld(dc.World)
-	if err != nil {
-		return nil, fmt.Errorf("demo: %w", err)
-	}
-	cfg := w.Config()
-	ids := make([]game.PlayerID, dc.Clients)
-	bots := make([]*game.Bot, dc.Clients)
-	for i := range ids {
-		ids[i] = game.PlayerID(fmt.Sprintf("bot-%03d", i))
-		if _, err := w.AddPlayer(ids[i], fmt.Sprintf("Bot %d", i)); err != nil {
-			return nil, fmt.Errorf("demo: %w", err)
+	rep := &DemoReport{Clients: dc.Clients, Seconds: dc.Seconds, FrameTicks: dc.FrameTicks}
+	zones := newZoneStats(dc.Settings)
+	for _, m := range []struct {
+		mode mirror.EgressMode
+		out  *Traffic
+		name string
+	}{{mirror.EgressVFC, &rep.VFC, "vfc"}, {mirror.EgressAll, &rep.SendAll, "send-all"}, {mirror.EgressArea, &rep.Area, "send-area (3×3 regions)"}} {
+		var z *zoneStats
+		if m.mode == mirror.EgressVFC {
+			z = zones
 		}
-		bots[i] = game.NewBot(cfg, ids[i], dc.Seed, game.DefaultBotPace())
-	}
-	f, err := vfcworld.New(w, dc.Settings)
-	if err != nil {
-		return nil, fmt.Errorf("demo: %w", err)
-	}
-	for _, id := range ids {
-		if err := f.AddClient(id); err != nil {
-			return nil, fmt.Errorf("demo: %w", err)
+		tr, objects, missing, err := runMode(ctx, dc, m.mode, z)
+		if err != nil {
+			return nil, fmt.Errorf("demo, egress %s: %w", m.mode, err)
 		}
-	}
-	s := dc.Settings
-	objIDs := w.ObjectTable().IDs()
-	nObj := len(objIDs)
-	// The harness's own view of the world: current states, which changed
-	// since the last frame, and every client's copies.
-	cur := make([]vfcworld.State, dc.Clients+nObj) // players by index, then objects
-	changed := make([]bool, len(cur))
-	key := func(st vfcworld.State) int {
-		if st.Player != "" {
-			return slices.Index(ids, st.Player)
+		tr.Policy = m.name
+		*m.out = tr
+		if z != nil {
+			rep.Objects, rep.Missing = objects, missing
 		}
-		i, _ := slices.BinarySearchFunc(objIDs, st.Object, compareObjectIDs)
-		return dc.Clients + i
-	}
-	observe := func(first bool) {
-		tick := w.Tick()
-		for i, id := range ids {
-			p, _ := w.Player(id)
-			st := vfcworld.State{Tick: tick, Player: id, Pos: p.Pos, Vel: p.Vel, Health: p.Health, Hunger: p.Hunger, Score: p.Score, Alive: p.Alive}
-			old := cur[i]
-			if first || old.Pos != st.Pos || old.Vel != st.Vel || old.Health != st.Health || old.Hunger != st.Hunger || old.Score != st.Score || old.Alive != st.Alive {
-				cur[i], changed[i] = st, true
-			}
-		}
-		for j, id := range objIDs {
-			v, _ := w.ObjectTable().Get(id)
-			if first || cur[dc.Clients+j].Value.Version != v.Version {
-				cur[dc.Clients+j], changed[dc.Clients+j] = vfcworld.State{Tick: tick, Object: id, Value: v}, true
-			}
-		}
-	}
-	observe(true)
-	objPos := make([]game.Vec, nObj)
-	for j, id := range objIDs {
-		v, _ := w.ObjectTable().Get(id)
-		objPos[j] = w.ObjectPos(id, v.Object)
-	}
-	copies := make([][]shadowCopy, dc.Clients)
-	for i := range copies {
-		copies[i] = make([]shadowCopy, len(cur))
-	}
-
-	rep := &DemoReport{Clients: dc.Clients, Players: dc.Clients, Objects: nObj, Seconds: dc.Seconds, FrameTicks: dc.FrameTicks}
-	rep.VFC.Policy, rep.SendAll.Policy, rep.SendChanged.Policy, rep.AOIChanged.Policy = "vfc", "send-all", "send-every-change", "send-changes-in-3x3-regions"
-	zones := newZoneStats(s)
-	var sends []vfcworld.State
-	inputs := make([]game.Input, dc.Clients)
-	ticks := dc.Seconds * cfg.TickRate
-	for t := 1; t <= ticks; t++ {
-		for i, b := range bots {
-			obs, _ := w.BotObserve(ids[i])
-			inputs[i] = b.Next(obs)
-		}
-		w.Step(inputs)
-		if t%dc.FrameTicks != 0 {
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		// The harness looks at the world when the filter does: once a
-		// frame, so both stamp a change with the frame's tick.
-		observe(false)
-		rep.Frames++
-		tick := w.Tick()
-		for k := range changed {
-			if !changed[k] {
-				continue
-			}
-			for c := range copies {
-				copies[c][k].missed++
-			}
-		}
-		t0 := time.Now()
-		if err := f.Frame(w); err != nil {
-			return nil, fmt.Errorf("demo: tick %d: %w", tick, err)
-		}
-		rep.FilterTime += time.Since(t0)
-
-		nChanged := 0
-		for _, ch := range changed {
-			if ch {
-				nChanged++
-			}
-		}
-		for c, id := range ids {
-			t1 := time.Now()
-			sends = f.AppendSends(id, sends[:0])
-			rep.FilterTime += time.Since(t1)
-			if len(f.Drops(id)) > 0 {
-				return nil, fmt.Errorf("demo: client %s dropped players, but nobody left", id)
-			}
-			bytes := int64(FrameHeaderBytes)
-			for _, st := range sends {
-				k := key(st)
-				if k < 0 {
-					return nil, fmt.Errorf("demo: client %s sent unknown player %s", id, st.Player)
-				}
-				if st != cur[k] {
-					return nil, fmt.Errorf("demo: client %s sent %+v, the world has %+v", id, st, cur[k])
-				}
-				copies[c][k] = shadowCopy{has: true, state: st, sentAt: tick}
-				bytes += recordBytes(st)
-			}
-			rep.VFC.add(int64(len(sends)), bytes)
-			rep.SendAll.add(int64(len(cur)), FrameHeaderBytes+int64(dc.Clients)*PlayerRecordBytes+int64(nObj)*ObjectRecordBytes)
-			changedBytes := int64(FrameHeaderBytes)
-			for k, ch := range changed {
-				if ch {
-					changedBytes += recordBytes(cur[k])
-				}
-			}
-			rep.SendChanged.add(int64(nChanged), changedBytes)
-			self := cur[c].Pos
-			here := game.RegionOf(cfg, self)
-			aoiBytes, aoiRecords := int64(FrameHeaderBytes), int64(0)
-			for k, ch := range changed {
-				if !ch {
-					continue
-				}
-				var rc game.RegionCoord
-				if k < dc.Clients {
-					rc = game.RegionOf(cfg, cur[k].Pos)
-				} else {
-					rc = cur[k].Object.Region
-				}
-				if abs(rc.X-here.X) <= 1 && abs(rc.Y-here.Y) <= 1 {
-					aoiBytes += recordBytes(cur[k])
-					aoiRecords++
-				}
-			}
-			rep.AOIChanged.add(aoiRecords, aoiBytes)
-
-			// Staleness of every copy the client holds, in the zone the
-			// harness computes itself.
-			for k := range cur {
-				cp := copies[c][k]
-				if !cp.has {
-					return nil, fmt.Errorf("demo: tick %d: client %s never got %+v", tick, id, cur[k])
-				}
-				set, pos := vfcworld.SetPlayers, cur[k].Pos
-				if k >= dc.Clients {
-					set, pos = vfcworld.SetObjects, objPos[k-dc.Clients]
-				}
-				z := zones.zoneOf(set, self, pos)
-				if fz, ok := f.Zone(id, cur[k].Player, cur[k].Object); !ok || (fz != z && !s.Literal) {
-					return nil, fmt.Errorf("demo: tick %d: client %s: filter puts %s%s in zone %d, the harness in %d", tick, id, cur[k].Player, cur[k].Object, fz, z)
-				}
-				zr := zones.row(set, z)
-				zr.PairFrames++
-				if set == vfcworld.SetPlayers {
-					e := float64(chebyshev(vfcworld.Reckon(cp.state, tick-cp.sentAt, s.ReckonTicks), pos)) / game.TileUnits
-					zones.addError(set, z, e)
-				}
-				if cp.missed == 0 {
-					continue
-				}
-				zr.StaleFrames++
-				age := float64(f.Now(tick)-f.Now(cp.sentAt)) / float64(time.Second)
-				val := s.Diff(cp.state, cur[k])
-				zr.MaxAgeSeconds = max(zr.MaxAgeSeconds, age)
-				zr.MaxMissed = max(zr.MaxMissed, cp.missed)
-				zr.MaxValue = max(zr.MaxValue, val)
-				if age >= zr.Bound.Time || float64(cp.missed) >= zr.Bound.Sequence || val >= zr.Bound.Value {
-					zr.Exceeded++
-				}
-			}
-		}
-		clear(changed)
-	}
-	secs := float64(dc.Seconds) * float64(dc.Clients)
-	for _, tr := range []*Traffic{&rep.VFC, &rep.SendAll, &rep.SendChanged, &rep.AOIChanged} {
-		tr.BytesPerClientSecond = float64(tr.Bytes) / secs
 	}
 	rep.Zones = zones.rows()
-	if rep.Frames > 0 {
-		rep.FilterPerFrame = rep.FilterTime / time.Duration(rep.Frames)
-	}
 	return rep, nil
 }
 
-func (t *Traffic) add(records, bytes int64) { t.Records += records; t.Bytes += bytes }
-
-func recordBytes(st vfcworld.State) int64 {
-	if st.Player != "" {
-		return PlayerRecordBytes
-	}
-	return ObjectRecordBytes
+// frameSnapshot is the mirror's leading world at one egress frame.
+type frameSnapshot struct {
+	players map[game.PlayerID]vfcworld.State
+	objects map[game.ObjectID]game.ObjectEntry
 }
 
-func abs(v int) int {
-	if v < 0 {
-		return -v
+// heldObject is a client's copy of an object and the tick it got it.
+type heldObject struct {
+	version uint64
+	at      uint64
+}
+
+func runMode(ctx context.Context, dc DemoConfig, mode mirror.EgressMode, zones *zoneStats) (Traffic, int, int64, error) {
+	clock := crimp.NewSimClock(time.Unix(1_700_000_000, 0))
+	rng := rand.New(rand.NewSource(int64(dc.Seed)))
+	pub, signer, err := ed25519.GenerateKey(rng)
+	if err != nil {
+		return Traffic{}, 0, 0, err
 	}
-	return v
+	authPub, authKey, err := ed25519.GenerateKey(rng)
+	if err != nil {
+		return Traffic{}, 0, 0, err
+	}
+	mnet := crimp.NewMemNetwork(clock, int64(dc.Seed))
+	defer mnet.Close()
+	m, err := mirror.New(mirror.Config{
+		Game: dc.World, Authority: true, AuthorityKey: authKey, AuthorityPublicKey: authPub, CRIMP: crimp.DefaultConfig(),
+		Transport: mnet.Endpoint("m1"), Clock: clock, Spawn: func(f func()) { clock.AfterFunc(0, f) },
+		AccountKey: pub, Characters: &mirror.MemoryCharacters{Key: pub}, FrameTicks: dc.FrameTicks,
+		Logger: slog.New(slog.DiscardHandler), Seed: int64(dc.Seed), Egress: mode, Consistency: dc.Settings,
+	})
+	if err != nil {
+		return Traffic{}, 0, 0, err
+	}
+	if err := m.Start(); err != nil {
+		return Traffic{}, 0, 0, err
+	}
+	defer m.Close()
+	if !runUntil(clock, 10*time.Second, m.Ready) {
+		return Traffic{}, 0, 0, fmt.Errorf("mirror not ready")
+	}
+	tick := time.Second / time.Duration(dc.World.TickRate)
+	ids := make([]game.PlayerID, dc.Clients)
+	clients := make([]*mirror.LocalClient, dc.Clients)
+	for i := range clients {
+		key, _, err := crypto.GenerateEd25519Key(rng)
+		if err != nil {
+			return Traffic{}, 0, 0, err
+		}
+		pid, _ := peer.IDFromPrivateKey(key)
+		name := fmt.Sprintf("bot%03d", i)
+		now := clock.Now()
+		tok, err := token.Sign(signer, token.Claims{Session: "s" + name, Account: name, Player: name, Peer: pid,
+			IssuedAt: now.Add(-time.Second), Expiry: now.Add(time.Hour)})
+		if err != nil {
+			return Traffic{}, 0, 0, err
+		}
+		ids[i] = game.PlayerID(name)
+		clients[i] = mirror.ConnectLocal(m, key, tok, clock, time.Millisecond)
+		clients[i].StartBot(dc.Seed+uint64(i), tick)
+	}
+	if !runUntil(clock, 20*time.Second, func() bool {
+		for _, c := range clients {
+			if !c.View().HasSelf {
+				return false
+			}
+		}
+		return true
+	}) {
+		return Traffic{}, 0, 0, fmt.Errorf("clients not playing")
+	}
+	clock.RunFor(time.Duration(dc.Warmup) * time.Second)
+
+	// The mirror's leading world at every frame, kept for the few frames
+	// an update takes to reach its client.
+	snaps := map[uint64]*frameSnapshot{}
+	if zones != nil {
+		m.WatchEgress(func(f mirror.EgressFrame) {
+			s := &frameSnapshot{players: map[game.PlayerID]vfcworld.State{}, objects: map[game.ObjectID]game.ObjectEntry{}}
+			for _, p := range f.World.Players() {
+				s.players[p.ID] = vfcworld.StateOf(f.Tick, p)
+			}
+			cfg := f.World.Config()
+			for y := range cfg.RegionsY {
+				for x := range cfg.RegionsX {
+					for _, o := range f.World.Objects(game.RegionCoord{X: x, Y: y}) {
+						s.objects[o.ID] = o
+					}
+				}
+			}
+			snaps[f.Tick] = s
+			delete(snaps, f.Tick-16)
+		})
+	}
+	held := make([]map[game.ObjectID]heldObject, dc.Clients)
+	for i := range held {
+		held[i] = map[game.ObjectID]heldObject{}
+	}
+	before := make([][4]uint64, dc.Clients)
+	for i, c := range clients {
+		before[i] = c.Counters()
+	}
+	var objects int
+	var missing int64
+	lastSeen := make([]uint64, dc.Clients)
+	steps := dc.Seconds * dc.World.TickRate
+	for step := range steps {
+		if step%dc.World.TickRate == 0 {
+			if err := ctx.Err(); err != nil {
+				return Traffic{}, 0, 0, err
+			}
+		}
+		clock.RunFor(tick)
+		if zones == nil {
+			continue
+		}
+		for i, c := range clients {
+			if err := c.Err(); err != nil {
+				return Traffic{}, 0, 0, fmt.Errorf("client %s: %w", ids[i], err)
+			}
+			var v mirror.ClientView
+			var players []mirror.HeldPlayer
+			c.With(func(core *mirror.ClientCore) {
+				v = core.View()
+				players = core.HeldPlayers()
+			})
+			snap := snaps[v.LeadingTick]
+			if snap == nil || v.LeadingTick == lastSeen[i] {
+				continue
+			}
+			lastSeen[i] = v.LeadingTick
+			objects = len(snap.objects)
+			missing += observe(zones, dc, snap, ids[i], v, players, held[i])
+		}
+	}
+	var tr Traffic
+	for i, c := range clients {
+		after := c.Counters()
+		tr.Bytes += int64(after[0] - before[i][0])
+		tr.Frames += int64(after[2] - before[i][2])
+	}
+	tr.BytesPerClientSecond = float64(tr.Bytes) / float64(dc.Seconds) / float64(dc.Clients)
+	return tr, objects, missing, nil
+}
+
+// observe records the staleness of everything client self holds (view v,
+// its held players and the bench's record of its objects) against snap,
+// the mirror's world at the tick of the client's last update. It returns
+// how many things in the world the client held no copy of.
+func observe(zones *zoneStats, dc DemoConfig, snap *frameSnapshot, self game.PlayerID, v mirror.ClientView, players []mirror.HeldPlayer, held map[game.ObjectID]heldObject) int64 {
+	s, tick := dc.Settings, v.LeadingTick
+	me, ok := snap.players[self]
+	if !ok {
+		return 0
+	}
+	rate := float64(dc.World.TickRate)
+	var missing int64
+	seen := 0
+	for _, h := range players {
+		cur, ok := snap.players[h.Player.ID]
+		if !ok {
+			continue // left: the drop is in a later update
+		}
+		seen++
+		z := zones.zoneOf(vfcworld.SetPlayers, me.Pos, cur.Pos)
+		zr := zones.row(vfcworld.SetPlayers, z)
+		zr.PairFrames++
+		sent := vfcworld.StateOf(h.Tick, h.Player)
+		reckoned := vfcworld.Reckon(sent, tick-h.Tick, s.ReckonTicks)
+		zones.addError(vfcworld.SetPlayers, z, float64(chebyshev(reckoned, cur.Pos))/game.TileUnits)
+		if sameState(sent, cur) {
+			continue
+		}
+		zr.StaleFrames++
+		age := float64(tick-h.Tick) / rate
+		val := s.Diff(sent, cur)
+		zr.MaxAgeSeconds = max(zr.MaxAgeSeconds, age)
+		zr.MaxValue = max(zr.MaxValue, val)
+		if age >= zr.Bound.Time || val >= zr.Bound.Value {
+			zr.Exceeded++
+		}
+	}
+	missing += int64(len(snap.players) - 1 - seen)
+	got := 0
+	for _, o := range v.Objects {
+		cur, ok := snap.objects[o.ID]
+		if !ok {
+			continue
+		}
+		got++
+		h := held[o.ID]
+		if h.version != o.Version || h.at == 0 {
+			h = heldObject{version: o.Version, at: tick}
+			held[o.ID] = h
+		}
+		z := zones.zoneOf(vfcworld.SetObjects, me.Pos, cur.Pos)
+		zr := zones.row(vfcworld.SetObjects, z)
+		zr.PairFrames++
+		if cur.Version == o.Version {
+			continue
+		}
+		zr.StaleFrames++
+		age := float64(tick-h.at) / rate
+		missed := int(cur.Version - o.Version)
+		val := 100.0
+		if cur.Object.Max > 0 {
+			val = math.Abs(float64(int(cur.Object.Amount)-o.Amount)) * 100 / float64(cur.Object.Max)
+		}
+		zr.MaxAgeSeconds = max(zr.MaxAgeSeconds, age)
+		zr.MaxMissed = max(zr.MaxMissed, missed)
+		zr.MaxValue = max(zr.MaxValue, val)
+		if age >= zr.Bound.Time || float64(missed) >= zr.Bound.Sequence || val >= zr.Bound.Value {
+			zr.Exceeded++
+		}
+	}
+	missing += int64(len(snap.objects) - got)
+	return missing
+}
+
+// sameState reports whether a client's copy shows what the world has.
+func sameState(sent, cur vfcworld.State) bool {
+	sent.Tick = cur.Tick
+	return sent == cur
+}
+
+func runUntil(clock *crimp.SimClock, limit time.Duration, cond func() bool) bool {
+	end := clock.Now().Add(limit)
+	for !cond() {
+		if !clock.Now().Before(end) {
+			return false
+		}
+		clock.RunFor(20 * time.Millisecond)
+	}
+	return true
 }
 
 func chebyshev(a, b game.Vec) int64 {

@@ -16,11 +16,11 @@
 // distance between where the client dead-reckons the player from the copy
 // it holds and where the player is, in percent of a tile, or the change of
 // its health or hunger bars in points, whichever is larger; dying, coming
-// back or scoring counts 100. The distance is taken now and ahead: for a
-// moving player LookaheadTicks ahead (a turn counts before its error has
-// grown; the next tick's write looks again), for a player standing still
-// where the client's reckoning comes to rest, since no further write will
-// look again. A world object's difference is the change of its amount in
+// back, scoring or a change of skill counts 100. The distance is taken now
+// and ahead: for a moving player LookaheadTicks ahead (a turn counts
+// before its error has grown; the next tick's write looks again), for a
+// player standing still where the client's reckoning comes to rest, since
+// no further write will look again. A world object's difference is the change of its amount in
 // percent of its maximum.
 package vfcworld
 
@@ -124,20 +124,21 @@ type State struct {
 	Player game.PlayerID
 	Object game.ObjectID
 	// A player's public state.
-	Pos, Vel              game.Vec
-	Health, Hunger, Score int32
-	Alive                 bool
+	Pos, Vel                     game.Vec
+	Health, Hunger, Score, Skill int32
+	Alive                        bool
 	// A world object's value.
 	Value game.VersionedObject
 }
 
-func playerState(tick uint64, p game.Player) State {
-	return State{Tick: tick, Player: p.ID, Pos: p.Pos, Vel: p.Vel, Health: p.Health, Hunger: p.Hunger, Score: p.Score, Alive: p.Alive}
+// StateOf is what a client is sent of player p at tick.
+func StateOf(tick uint64, p game.Player) State {
+	return State{Tick: tick, Player: p.ID, Pos: p.Pos, Vel: p.Vel, Health: p.Health, Hunger: p.Hunger, Score: p.Score, Skill: p.Skill, Alive: p.Alive}
 }
 
 // samePlayer reports whether nothing a client sees of a player changed.
 func samePlayer(a, b State) bool {
-	return a.Pos == b.Pos && a.Vel == b.Vel && a.Health == b.Health && a.Hunger == b.Hunger && a.Score == b.Score && a.Alive == b.Alive
+	return a.Pos == b.Pos && a.Vel == b.Vel && a.Health == b.Health && a.Hunger == b.Hunger && a.Score == b.Score && a.Skill == b.Skill && a.Alive == b.Alive
 }
 
 // Reckon is where a client dead-reckons a player from state s after
@@ -190,7 +191,7 @@ func (s Settings) Diff(sent, cur State) float64 {
 	}
 	d := float64(max(errNow, errAhead)) * 100 / game.TileUnits
 	d = max(d, abs32(cur.Health-sent.Health), abs32(cur.Hunger-sent.Hunger))
-	if cur.Score != sent.Score {
+	if cur.Score != sent.Score || cur.Skill != sent.Skill {
 		d = max(d, 100)
 	}
 	return d
@@ -246,7 +247,7 @@ func (f *Filter) observe(w *game.World) error {
 	tick := w.Tick()
 	clear(f.seen)
 	for _, p := range w.Players() {
-		st := playerState(tick, p)
+		st := StateOf(tick, p)
 		o, ok := f.players[p.ID]
 		if !ok {
 			if len(f.players) >= f.settings.MaxPlayers {

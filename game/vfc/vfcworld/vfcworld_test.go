@@ -106,7 +106,7 @@ func TestOwnAvatarGoesOutEveryChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, _ := sendsOf(f, "ann")
-		changed := !samePlayer(playerState(0, before), playerState(0, after))
+		changed := !samePlayer(StateOf(0, before), StateOf(0, after))
 		if changed {
 			moves++
 		}

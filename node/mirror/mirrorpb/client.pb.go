@@ -588,13 +588,21 @@ func (x *Challenge) GetMirror() uint32 {
 
 // Welcome accepts the Hello.
 type Welcome struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Player        string                 `protobuf:"bytes,1,opt,name=player,proto3" json:"player,omitempty"`                              // the game player ID of the session (the account ID)
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`                                  // display name
-	Mirror        uint32                 `protobuf:"varint,3,opt,name=mirror,proto3" json:"mirror,omitempty"`                             // this mirror's CRIMP member ID
-	WorldConfig   []byte                 `protobuf:"bytes,4,opt,name=world_config,json=worldConfig,proto3" json:"world_config,omitempty"` // game.Config, its binary form
-	TickPeriodNs  int64                  `protobuf:"varint,5,opt,name=tick_period_ns,json=tickPeriodNs,proto3" json:"tick_period_ns,omitempty"`
-	Restored      bool                   `protobuf:"varint,6,opt,name=restored,proto3" json:"restored,omitempty"` // the character came back as it was saved (or was still in the world)
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Player       string                 `protobuf:"bytes,1,opt,name=player,proto3" json:"player,omitempty"`                              // the game player ID of the session (the account ID)
+	Name         string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`                                  // display name
+	Mirror       uint32                 `protobuf:"varint,3,opt,name=mirror,proto3" json:"mirror,omitempty"`                             // this mirror's CRIMP member ID
+	WorldConfig  []byte                 `protobuf:"bytes,4,opt,name=world_config,json=worldConfig,proto3" json:"world_config,omitempty"` // game.Config, its binary form
+	TickPeriodNs int64                  `protobuf:"varint,5,opt,name=tick_period_ns,json=tickPeriodNs,proto3" json:"tick_period_ns,omitempty"`
+	Restored     bool                   `protobuf:"varint,6,opt,name=restored,proto3" json:"restored,omitempty"` // the character came back as it was saved (or was still in the world)
+	// reckon_ticks > 0: updates are vector-field consistency deltas. An
+	// update carries only the players and objects VFC sends this frame; the
+	// client keeps the rest, forgets the players in Update.gone and
+	// dead-reckons each player from the update that carried it (position +
+	// velocity × ticks since, held still after reckon_ticks ticks: the
+	// reckoning the mirror bounds the error of). 0: every update carries
+	// everyone in the client's area.
+	ReckonTicks   uint32 `protobuf:"varint,20,opt,name=reckon_ticks,json=reckonTicks,proto3" json:"reckon_ticks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -669,6 +677,13 @@ func (x *Welcome) GetRestored() bool {
 		return x.Restored
 	}
 	return false
+}
+
+func (x *Welcome) GetReckonTicks() uint32 {
+	if x != nil {
+		return x.ReckonTicks
+	}
+	return 0
 }
 
 // PlayerState is one player as the client draws it.
@@ -1194,6 +1209,7 @@ type Update struct {
 	Retracted     []uint64               `protobuf:"varint,8,rep,packed,name=retracted,proto3" json:"retracted,omitempty"`
 	Status        *MirrorStatus          `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`                       // about once a second
 	InputSeq      uint64                 `protobuf:"varint,10,opt,name=input_seq,json=inputSeq,proto3" json:"input_seq,omitempty"` // the newest input seq the mirror took
+	Gone          []string               `protobuf:"bytes,20,rep,name=gone,proto3" json:"gone,omitempty"`                          // VFC deltas: players that left the world
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1296,6 +1312,13 @@ func (x *Update) GetInputSeq() uint64 {
 		return x.InputSeq
 	}
 	return 0
+}
+
+func (x *Update) GetGone() []string {
+	if x != nil {
+		return x.Gone
+	}
+	return nil
 }
 
 // Error says why the mirror refused something; fatal ones close the
@@ -1409,14 +1432,15 @@ const file_client_proto_rawDesc = "" +
 	"\tChallenge\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12\x16\n" +
-	"\x06mirror\x18\x03 \x01(\rR\x06mirror\"\xb2\x01\n" +
+	"\x06mirror\x18\x03 \x01(\rR\x06mirror\"\xd5\x01\n" +
 	"\aWelcome\x12\x16\n" +
 	"\x06player\x18\x01 \x01(\tR\x06player\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
 	"\x06mirror\x18\x03 \x01(\rR\x06mirror\x12!\n" +
 	"\fworld_config\x18\x04 \x01(\fR\vworldConfig\x12$\n" +
 	"\x0etick_period_ns\x18\x05 \x01(\x03R\ftickPeriodNs\x12\x1a\n" +
-	"\brestored\x18\x06 \x01(\bR\brestored\"\xdf\x01\n" +
+	"\brestored\x18\x06 \x01(\bR\brestored\x12!\n" +
+	"\freckon_ticks\x18\x14 \x01(\rR\vreckonTicks\"\xdf\x01\n" +
 	"\vPlayerState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\f\n" +
@@ -1470,7 +1494,7 @@ const file_client_proto_rawDesc = "" +
 	"\tundecided\x18\x10 \x01(\x04R\tundecided\x12\x1e\n" +
 	"\n" +
 	"reconciled\x18\x11 \x01(\x04R\n" +
-	"reconciled\"\xcc\x03\n" +
+	"reconciled\"\xe0\x03\n" +
 	"\x06Update\x12!\n" +
 	"\fleading_tick\x18\x01 \x01(\x04R\vleadingTick\x12%\n" +
 	"\x0econfirmed_tick\x18\x02 \x01(\x04R\rconfirmedTick\x124\n" +
@@ -1482,7 +1506,8 @@ const file_client_proto_rawDesc = "" +
 	"\tretracted\x18\b \x03(\x04R\tretracted\x129\n" +
 	"\x06status\x18\t \x01(\v2!.overworld.mirror.v1.MirrorStatusR\x06status\x12\x1b\n" +
 	"\tinput_seq\x18\n" +
-	" \x01(\x04R\binputSeq\"f\n" +
+	" \x01(\x04R\binputSeq\x12\x12\n" +
+	"\x04gone\x18\x14 \x03(\tR\x04gone\"f\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +

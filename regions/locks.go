@@ -1,0 +1,210 @@
+package regions
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/overworld-p2p/overworld/regions/regionpb"
+)
+
+// Locks as Mobihoc has them (paper 004, §3.1): a two-step write locks the
+// object at the coordinator, the lock's answer carries the object's value,
+// and the holder sends the new value with the release (OP_RELEASE with
+// write), one commit through the replica; reads stay lock-free. A lock or
+// write on an object another player has locked waits at the coordinator,
+// in a FIFO per object, instead of being refused: when the lock is
+// released or runs out, the object's waiters go back to the head of the
+// region's queue in their order. The waits are bounded per object, per
+// region and per player; past a bound the request is answered BUSY.
+//
+// A lock is a lease the machine expires at the time it is given (no clock
+// inside): the service calls ExpireLocks every maintenance period, and an
+// expiry is a committed entry like any other, so the replica and the
+// region's members see the lock go. Locks live in the objects, so they
+// ride in snapshots through hand-offs and fail-overs; waiters do not (a
+// coordinator that steps down or hands over answers them with a redirect,
+// and a crashed one's waiters retry by the client's own backoff).
+
+// Bounds of the lock waits.
+const (
+	maxWaitersPerObject = 8
+	maxWaitersPerRegion = 64
+	maxWaitersPerPlayer = 4
+)
+
+// lockWaits are the requests waiting for locked objects of a region.
+type lockWaits struct {
+	byObject map[string][]*pending
+	total    int
+	byPlayer map[peer.ID]int
+}
+
+func (w *lockWaits) init() {
+	if w.byObject == nil {
+		w.byObject, w.byPlayer = map[string][]*pending{}, map[peer.ID]int{}
+	}
+}
+
+// waiting is how many requests wait for object id.
+func (w *lockWaits) waiting(id string) int { return len(w.byObject[id]) }
+
+// park adds p to its object's waiters, or reports false past a bound.
+func (w *lockWaits) park(p *pending) bool {
+	w.init()
+	id := p.req.ObjectId
+	if len(w.byObject[id]) >= maxWaitersPerObject || w.total >= maxWaitersPerRegion || w.byPlayer[p.from] >= maxWaitersPerPlayer {
+		return false
+	}
+	w.byObject[id] = append(w.byObject[id], p)
+	w.total++
+	w.byPlayer[p.from]++
+	return true
+}
+
+// take removes and returns object id's waiters, in order.
+func (w *lockWaits) take(id string) []*pending {
+	ps := w.byObject[id]
+	delete(w.byObject, id)
+	for _, p := range ps {
+		w.total--
+		if w.byPlayer[p.from]--; w.byPlayer[p.from] <= 0 {
+			delete(w.byPlayer, p.from)
+		}
+	}
+	return ps
+}
+
+// drain answers every waiter with r and forgets them.
+func (w *lockWaits) drain(r *pb.Reply) []answer {
+	ids := make([]string, 0, len(w.byObject))
+	for id := range w.byObject {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []answer
+	for _, id := range ids {
+		for _, p := range w.take(id) {
+			out = append(out, answer{p.reply, proto.Clone(r).(*pb.Reply)})
+		}
+	}
+	return out
+}
+
+// wake puts object id's waiters back at the head of the region's queue,
+// in their order: the object is free (or changes hands) now.
+func (m *machine) wake(id string) {
+	ps := m.locks.take(id)
+	if len(ps) == 0 {
+		return
+	}
+	m.queue = append(ps, m.queue...)
+}
+
+// lockStep decides what locks make of request p on object cur (nil if
+// absent) at nowMs, before the operation itself runs. decided means r and
+// e are the outcome: r nil when p now waits for the lock.
+func (m *machine) lockStep(p *pending, cur *pb.Object, nowMs int64, leaseID uint64) (r *pb.Reply, e *pb.Entry, decided bool) {
+	req := p.req
+	// A lock counts for waiting until its expiry commits (ExpireLocks), so
+	// that the waiters keep their order; for a write with the release, only
+	// until its time runs out.
+	locked := cur != nil && len(cur.LockHolder) > 0
+	byOther := locked && !bytes.Equal(cur.LockHolder, []byte(p.from))
+	held := locked && cur.LockExpiresMs > nowMs
+	current := func() *pb.Object {
+		if cur == nil {
+			return &pb.Object{Id: req.ObjectId}
+		}
+		return proto.Clone(cur).(*pb.Object)
+	}
+	switch {
+	case p.expiry:
+		if cur == nil || len(cur.LockHolder) == 0 || held {
+			// Released or renewed meanwhile.
+			return &pb.Reply{Status: pb.Status_STATUS_OK}, nil, true
+		}
+		next := current()
+		next.LockHolder, next.LockExpiresMs = nil, 0
+		m.seq++
+		e := &pb.Entry{Seq: m.seq, Object: next, LeaseId: leaseID,
+			Done: &pb.Done{RequestId: req.RequestId, Status: pb.Status_STATUS_OK, Version: next.Version}}
+		m.apply(e)
+		m.wake(req.ObjectId)
+		return &pb.Reply{Status: pb.Status_STATUS_OK}, e, true
+	case req.Op == pb.Op_OP_RELEASE && req.Write && (!held || byOther):
+		// The two-step write's lock ran out (or was never taken): the
+		// value it was decided on may be stale.
+		return &pb.Reply{Status: pb.Status_STATUS_CONFLICT, Object: current(), Epoch: m.epoch, Error: "the lock was not held"}, nil, true
+	case req.Op == pb.Op_OP_RELEASE && byOther:
+		// Only the holder releases; nobody waits to release.
+		return &pb.Reply{Status: pb.Status_STATUS_LOCKED, Object: current(), Epoch: m.epoch}, nil, true
+	case req.Op == pb.Op_OP_RELEASE:
+		return nil, nil, false
+	case byOther:
+		if !m.locks.park(p) {
+			return &pb.Reply{Status: pb.Status_STATUS_BUSY, Object: current(), Epoch: m.epoch,
+				Error: fmt.Sprintf("region %s: too many requests wait for locked objects", m.region)}, nil, true
+		}
+		return nil, nil, true
+	}
+	return nil, nil, false
+}
+
+// ExpireLocks queues the expiry of every lock that has run out by now; the
+// expiry commits like a release and wakes the object's waiters.
+func (m *machine) ExpireLocks(now time.Time) effects {
+	if m.role != pb.Role_ROLE_COORDINATOR || m.handoffTo != "" {
+		return effects{}
+	}
+	nowMs := now.UnixMilli()
+	queued := map[string]bool{}
+	for _, p := range m.queue {
+		if p.expiry {
+			queued[p.req.ObjectId] = true
+		}
+	}
+	var due []string
+	for id, o := range m.objects {
+		if len(o.LockHolder) > 0 && o.LockExpiresMs <= nowMs && !queued[id] {
+			due = append(due, id)
+		}
+	}
+	if len(due) == 0 {
+		return effects{}
+	}
+	sort.Strings(due)
+	for _, id := range due {
+		at := m.objects[id].LockExpiresMs
+		m.queue = append(m.queue, &pending{
+			from: m.self, expiry: true, reply: func(*pb.Reply) {},
+			req: &pb.Request{RequestId: expiryID(id, at, m.seq), Op: pb.Op_OP_RELEASE, ObjectId: id},
+		})
+	}
+	return m.pump(now)
+}
+
+// expiryID names the expiry of object id's lock that runs out at at,
+// queued when the region's last commit was seq (a lock taken again can
+// run out at the same time), in the shape of a request ID (the done log
+// and the wire check it).
+func expiryID(id string, at int64, seq uint64) []byte {
+	sum := sha256.Sum256(fmt.Appendf(nil, "overworld/lock-expiry/%s/%d/%d", id, at, seq))
+	return sum[:requestIDLen]
+}
+
+// expireLocks runs ExpireLocks on every region this peer coordinates.
+func (s *Service) expireLocks() {
+	for _, c := range s.heldRegions() {
+		sl := s.slot(c)
+		sl.mu.Lock()
+		eff := sl.m.ExpireLocks(time.Now())
+		sl.mu.Unlock()
+		s.run(c, sl, eff)
+	}
+}
