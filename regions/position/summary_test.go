@@ -334,17 +334,24 @@ func (s *summaryScene) peerStart(i int) position.Vec {
 // tiles each way, until ctx ends.
 func walk(ctx context.Context, svc *position.Service, from position.Vec) {
 	const speed = 2 * position.TileUnits // units per second
-	start := time.Now()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	// The walk advances by at most 100 ms a step: a loop held up on a
+	// loaded machine slows down instead of jumping ahead of the updates
+	// already sent (which receivers would call a teleport).
+	var walked time.Duration
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		now := time.Now()
+		walked += min(now.Sub(last), 100*time.Millisecond)
+		last = now
 		// A triangle wave of period 2 s: out for a second, back for one.
-		ms := time.Since(start).Milliseconds() % 2000
+		ms := walked.Milliseconds() % 2000
 		pos, vel := from, position.Vec{X: speed}
 		if ms < 1000 {
 			pos.X += int32(int64(speed) * ms / 1000)
