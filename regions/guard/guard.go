@@ -56,7 +56,7 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	gate, err := NewLeaseGate(GateConfig{World: cfg.World, Client: cfg.Accounts, Holder: cfg.Holder, ProbeEvery: cfg.ProbeEvery, Logger: cfg.Logger})
+	gate, err := NewLeaseGate(GateConfig{World: cfg.World, Client: cfg.Accounts, PublicKey: cfg.PublicKey, Holder: cfg.Holder, ProbeEvery: cfg.ProbeEvery, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("guard: %w", err)
 	}

@@ -506,9 +506,13 @@ type Request struct {
 	// coordinator during the state transfer.
 	Forwarded bool `protobuf:"varint,8,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
 	// The player on whose behalf a forwarded request runs (lock holder).
-	Origin        []byte `protobuf:"bytes,9,opt,name=origin,proto3" json:"origin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Origin []byte `protobuf:"bytes,9,opt,name=origin,proto3" json:"origin,omitempty"`
+	// The player's signature (its libp2p key) over the request's
+	// operation (see regions' requestDigest): what makes origin believable
+	// when a peer taking the region over forwards the request.
+	OriginSignature []byte `protobuf:"bytes,10,opt,name=origin_signature,json=originSignature,proto3" json:"origin_signature,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Request) Reset() {
@@ -604,15 +608,25 @@ func (x *Request) GetOrigin() []byte {
 	return nil
 }
 
+func (x *Request) GetOriginSignature() []byte {
+	if x != nil {
+		return x.OriginSignature
+	}
+	return nil
+}
+
 type Reply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=overworld.region.v1.Status" json:"status,omitempty"`
-	Object        *Object                `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
-	Objects       []*Object              `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
-	Map           []byte                 `protobuf:"bytes,4,opt,name=map,proto3" json:"map,omitempty"`
-	Redirect      []byte                 `protobuf:"bytes,5,opt,name=redirect,proto3" json:"redirect,omitempty"`
-	Error         string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Status   Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=overworld.region.v1.Status" json:"status,omitempty"`
+	Object   *Object                `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
+	Objects  []*Object              `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
+	Map      []byte                 `protobuf:"bytes,4,opt,name=map,proto3" json:"map,omitempty"`
+	Redirect []byte                 `protobuf:"bytes,5,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	Error    string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Epoch    uint64                 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// single_copy: the change was acknowledged with no replica holding it
+	// (the coordinator is alone, or could reach no replica in time).
+	SingleCopy    bool `protobuf:"varint,8,opt,name=single_copy,json=singleCopy,proto3" json:"single_copy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -696,13 +710,23 @@ func (x *Reply) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *Reply) GetSingleCopy() bool {
+	if x != nil {
+		return x.SingleCopy
+	}
+	return false
+}
+
 // Replicate goes from coordinator to replica: either a full snapshot or
 // the entries following the replica's last one.
 type Replicate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Snapshot      *Snapshot              `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Entries       []*Entry               `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Epoch    uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Snapshot *Snapshot              `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Entries  []*Entry               `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	// grant: the sender's signed lease grant of the region (a lease service
+	// is in use), which names it as the region's lease holder.
+	Grant         []byte `protobuf:"bytes,4,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -758,6 +782,13 @@ func (x *Replicate) GetEntries() []*Entry {
 	return nil
 }
 
+func (x *Replicate) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
 type ReplicateAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ok    bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
@@ -765,8 +796,11 @@ type ReplicateAck struct {
 	Seq   uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Not ok: stale means a newer coordinator exists (coordinator names it);
 	// otherwise the replica needs a snapshot.
-	Stale         bool   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
-	Coordinator   []byte `protobuf:"bytes,5,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	Stale       bool   `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
+	Coordinator []byte `protobuf:"bytes,5,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	// grant: with stale, the newer coordinator's signed lease grant, without
+	// which a coordinator does not step down (lease service in use).
+	Grant         []byte `protobuf:"bytes,6,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -836,6 +870,13 @@ func (x *ReplicateAck) GetCoordinator() []byte {
 	return nil
 }
 
+func (x *ReplicateAck) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
 // Info asks a peer what it holds of a region.
 type Info struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -884,6 +925,10 @@ type InfoReply struct {
 	// lease service), so a peer acquiring the region need not defer to it
 	// although it is closer.
 	SteppingAside bool `protobuf:"varint,5,opt,name=stepping_aside,json=steppingAside,proto3" json:"stepping_aside,omitempty"`
+	// grant: the signed lease grant the copy was last committed under (the
+	// coordinator's own, or, at a replica, its coordinator's): a copy
+	// without one is not taken over (lease service in use).
+	Grant         []byte `protobuf:"bytes,6,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -953,6 +998,13 @@ func (x *InfoReply) GetSteppingAside() bool {
 	return false
 }
 
+func (x *InfoReply) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
 // Handoff asks the holder of a region's state to pass it over.
 type Handoff struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -995,8 +1047,10 @@ type HandoffReply struct {
 	Ok       bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
 	Snapshot *Snapshot              `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	// Not ok: ask this peer instead (it coordinates), or nobody.
-	Redirect      []byte `protobuf:"bytes,3,opt,name=redirect,proto3" json:"redirect,omitempty"`
-	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Redirect []byte `protobuf:"bytes,3,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	Error    string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// grant: as InfoReply.grant, for the snapshot handed over.
+	Grant         []byte `protobuf:"bytes,5,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1057,6 +1111,13 @@ func (x *HandoffReply) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *HandoffReply) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 // Retire tells an old replica its copy is no longer needed.
@@ -1180,9 +1241,13 @@ func (*CacheQuery) Descriptor() ([]byte, []int) {
 }
 
 type CacheReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Objects       []*Object              `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Objects and epoch are what the member's cache holds, for reading;
+	// a rebuild takes only entries, each signed by the coordinator that
+	// committed it.
+	Epoch         uint64         `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Objects       []*Object      `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"`
+	Entries       []*SignedEntry `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1231,6 +1296,93 @@ func (x *CacheReply) GetObjects() []*Object {
 	return nil
 }
 
+func (x *CacheReply) GetEntries() []*SignedEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// SignedEntry is a committed change as its coordinator published it: the
+// entry, its epoch, the coordinator's signed lease grant (if a lease
+// service is in use) and its signature with its libp2p key over the entry
+// (see regions' entryDigest).
+type SignedEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Entry         *Entry                 `protobuf:"bytes,2,opt,name=entry,proto3" json:"entry,omitempty"`
+	Grant         []byte                 `protobuf:"bytes,3,opt,name=grant,proto3" json:"grant,omitempty"`
+	Author        []byte                 `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedEntry) Reset() {
+	*x = SignedEntry{}
+	mi := &file_region_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedEntry) ProtoMessage() {}
+
+func (x *SignedEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_region_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedEntry.ProtoReflect.Descriptor instead.
+func (*SignedEntry) Descriptor() ([]byte, []int) {
+	return file_region_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SignedEntry) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *SignedEntry) GetEntry() *Entry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *SignedEntry) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+func (x *SignedEntry) GetAuthor() []byte {
+	if x != nil {
+		return x.Author
+	}
+	return nil
+}
+
+func (x *SignedEntry) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 type Ping struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1239,7 +1391,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_region_proto_msgTypes[16]
+	mi := &file_region_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1403,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[16]
+	mi := &file_region_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1416,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{16}
+	return file_region_proto_rawDescGZIP(), []int{17}
 }
 
 type Ack struct {
@@ -1276,7 +1428,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_region_proto_msgTypes[17]
+	mi := &file_region_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1440,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[17]
+	mi := &file_region_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1453,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{17}
+	return file_region_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ack) GetError() string {
@@ -1342,7 +1494,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_region_proto_msgTypes[18]
+	mi := &file_region_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1506,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[18]
+	mi := &file_region_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1519,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{18}
+	return file_region_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Message) GetWorld() string {
@@ -1621,20 +1773,25 @@ func (*Message_Ack) isMessage_Body() {}
 
 // Event is published on the region's events topic for every committed batch.
 type Event struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	World         string                 `protobuf:"bytes,1,opt,name=world,proto3" json:"world,omitempty"`
-	X             int32                  `protobuf:"zigzag32,2,opt,name=x,proto3" json:"x,omitempty"`
-	Y             int32                  `protobuf:"zigzag32,3,opt,name=y,proto3" json:"y,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	LeaseId       uint64                 `protobuf:"varint,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Entries       []*Entry               `protobuf:"bytes,6,rep,name=entries,proto3" json:"entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	World   string                 `protobuf:"bytes,1,opt,name=world,proto3" json:"world,omitempty"`
+	X       int32                  `protobuf:"zigzag32,2,opt,name=x,proto3" json:"x,omitempty"`
+	Y       int32                  `protobuf:"zigzag32,3,opt,name=y,proto3" json:"y,omitempty"`
+	Epoch   uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	LeaseId uint64                 `protobuf:"varint,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Entries []*Entry               `protobuf:"bytes,6,rep,name=entries,proto3" json:"entries,omitempty"`
+	// grant: the publishing coordinator's signed lease grant (lease service
+	// in use); entry_signatures: its signature over each entry, in order,
+	// which members keep with the entry for rebuilds.
+	Grant           []byte   `protobuf:"bytes,7,opt,name=grant,proto3" json:"grant,omitempty"`
+	EntrySignatures [][]byte `protobuf:"bytes,8,rep,name=entry_signatures,json=entrySignatures,proto3" json:"entry_signatures,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_region_proto_msgTypes[19]
+	mi := &file_region_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1803,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[19]
+	mi := &file_region_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1816,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{19}
+	return file_region_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Event) GetWorld() string {
@@ -1704,6 +1861,20 @@ func (x *Event) GetEntries() []*Entry {
 	return nil
 }
 
+func (x *Event) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+func (x *Event) GetEntrySignatures() [][]byte {
+	if x != nil {
+		return x.EntrySignatures
+	}
+	return nil
+}
+
 var File_region_proto protoreflect.FileDescriptor
 
 const file_region_proto_rawDesc = "" +
@@ -1731,7 +1902,7 @@ const file_region_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x125\n" +
 	"\aobjects\x18\x03 \x03(\v2\x1b.overworld.region.v1.ObjectR\aobjects\x12-\n" +
-	"\x04done\x18\x04 \x03(\v2\x19.overworld.region.v1.DoneR\x04done\"\x99\x02\n" +
+	"\x04done\x18\x04 \x03(\v2\x19.overworld.region.v1.DoneR\x04done\"\xc4\x02\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12'\n" +
@@ -1742,7 +1913,9 @@ const file_region_proto_rawDesc = "" +
 	"\vlock_ttl_ms\x18\x06 \x01(\rR\tlockTtlMs\x12\x1a\n" +
 	"\bsuspects\x18\a \x03(\fR\bsuspects\x12\x1c\n" +
 	"\tforwarded\x18\b \x01(\bR\tforwarded\x12\x16\n" +
-	"\x06origin\x18\t \x01(\fR\x06origin\"\x82\x02\n" +
+	"\x06origin\x18\t \x01(\fR\x06origin\x12)\n" +
+	"\x10origin_signature\x18\n" +
+	" \x01(\fR\x0foriginSignature\"\xa3\x02\n" +
 	"\x05Reply\x123\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1b.overworld.region.v1.StatusR\x06status\x123\n" +
 	"\x06object\x18\x02 \x01(\v2\x1b.overworld.region.v1.ObjectR\x06object\x125\n" +
@@ -1750,39 +1923,52 @@ const file_region_proto_rawDesc = "" +
 	"\x03map\x18\x04 \x01(\fR\x03map\x12\x1a\n" +
 	"\bredirect\x18\x05 \x01(\fR\bredirect\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x14\n" +
-	"\x05epoch\x18\a \x01(\x04R\x05epoch\"\x92\x01\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epoch\x12\x1f\n" +
+	"\vsingle_copy\x18\b \x01(\bR\n" +
+	"singleCopy\"\xa8\x01\n" +
 	"\tReplicate\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x129\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1d.overworld.region.v1.SnapshotR\bsnapshot\x124\n" +
-	"\aentries\x18\x03 \x03(\v2\x1a.overworld.region.v1.EntryR\aentries\"~\n" +
+	"\aentries\x18\x03 \x03(\v2\x1a.overworld.region.v1.EntryR\aentries\x12\x14\n" +
+	"\x05grant\x18\x04 \x01(\fR\x05grant\"\x94\x01\n" +
 	"\fReplicateAck\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05stale\x18\x04 \x01(\bR\x05stale\x12 \n" +
-	"\vcoordinator\x18\x05 \x01(\fR\vcoordinator\"\x06\n" +
-	"\x04Info\"\xab\x01\n" +
+	"\vcoordinator\x18\x05 \x01(\fR\vcoordinator\x12\x14\n" +
+	"\x05grant\x18\x06 \x01(\fR\x05grant\"\x06\n" +
+	"\x04Info\"\xc1\x01\n" +
 	"\tInfoReply\x12-\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x19.overworld.region.v1.RoleR\x04role\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12 \n" +
 	"\vcoordinator\x18\x04 \x01(\fR\vcoordinator\x12%\n" +
-	"\x0estepping_aside\x18\x05 \x01(\bR\rsteppingAside\"\t\n" +
-	"\aHandoff\"\x8b\x01\n" +
+	"\x0estepping_aside\x18\x05 \x01(\bR\rsteppingAside\x12\x14\n" +
+	"\x05grant\x18\x06 \x01(\fR\x05grant\"\t\n" +
+	"\aHandoff\"\xa1\x01\n" +
 	"\fHandoffReply\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x129\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1d.overworld.region.v1.SnapshotR\bsnapshot\x12\x1a\n" +
 	"\bredirect\x18\x03 \x01(\fR\bredirect\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\x1e\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
+	"\x05grant\x18\x05 \x01(\fR\x05grant\"\x1e\n" +
 	"\x06Retire\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\a\n" +
 	"\x05Nudge\"\f\n" +
 	"\n" +
-	"CacheQuery\"Y\n" +
+	"CacheQuery\"\x95\x01\n" +
 	"\n" +
 	"CacheReply\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x125\n" +
-	"\aobjects\x18\x02 \x03(\v2\x1b.overworld.region.v1.ObjectR\aobjects\"\x06\n" +
+	"\aobjects\x18\x02 \x03(\v2\x1b.overworld.region.v1.ObjectR\aobjects\x12:\n" +
+	"\aentries\x18\x03 \x03(\v2 .overworld.region.v1.SignedEntryR\aentries\"\xa1\x01\n" +
+	"\vSignedEntry\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
+	"\x05entry\x18\x02 \x01(\v2\x1a.overworld.region.v1.EntryR\x05entry\x12\x14\n" +
+	"\x05grant\x18\x03 \x01(\fR\x05grant\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\fR\x06author\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\fR\tsignature\"\x06\n" +
 	"\x04Ping\"\x1b\n" +
 	"\x03Ack\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\"\x99\a\n" +
@@ -1809,14 +1995,16 @@ const file_region_proto_rawDesc = "" +
 	"cacheReply\x12/\n" +
 	"\x04ping\x18\x16 \x01(\v2\x19.overworld.region.v1.PingH\x00R\x04ping\x12,\n" +
 	"\x03ack\x18\x17 \x01(\v2\x18.overworld.region.v1.AckH\x00R\x03ackB\x06\n" +
-	"\x04body\"\xa0\x01\n" +
+	"\x04body\"\xe1\x01\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05world\x18\x01 \x01(\tR\x05world\x12\f\n" +
 	"\x01x\x18\x02 \x01(\x11R\x01x\x12\f\n" +
 	"\x01y\x18\x03 \x01(\x11R\x01y\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x19\n" +
 	"\blease_id\x18\x05 \x01(\x04R\aleaseId\x124\n" +
-	"\aentries\x18\x06 \x03(\v2\x1a.overworld.region.v1.EntryR\aentries*g\n" +
+	"\aentries\x18\x06 \x03(\v2\x1a.overworld.region.v1.EntryR\aentries\x12\x14\n" +
+	"\x05grant\x18\a \x01(\fR\x05grant\x12)\n" +
+	"\x10entry_signatures\x18\b \x03(\fR\x0fentrySignatures*g\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -1853,7 +2041,7 @@ func file_region_proto_rawDescGZIP() []byte {
 }
 
 var file_region_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_region_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_region_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_region_proto_goTypes = []any{
 	(Op)(0),              // 0: overworld.region.v1.Op
 	(Status)(0),          // 1: overworld.region.v1.Status
@@ -1874,10 +2062,11 @@ var file_region_proto_goTypes = []any{
 	(*Nudge)(nil),        // 16: overworld.region.v1.Nudge
 	(*CacheQuery)(nil),   // 17: overworld.region.v1.CacheQuery
 	(*CacheReply)(nil),   // 18: overworld.region.v1.CacheReply
-	(*Ping)(nil),         // 19: overworld.region.v1.Ping
-	(*Ack)(nil),          // 20: overworld.region.v1.Ack
-	(*Message)(nil),      // 21: overworld.region.v1.Message
-	(*Event)(nil),        // 22: overworld.region.v1.Event
+	(*SignedEntry)(nil),  // 19: overworld.region.v1.SignedEntry
+	(*Ping)(nil),         // 20: overworld.region.v1.Ping
+	(*Ack)(nil),          // 21: overworld.region.v1.Ack
+	(*Message)(nil),      // 22: overworld.region.v1.Message
+	(*Event)(nil),        // 23: overworld.region.v1.Event
 }
 var file_region_proto_depIdxs = []int32{
 	1,  // 0: overworld.region.v1.Done.status:type_name -> overworld.region.v1.Status
@@ -1894,26 +2083,28 @@ var file_region_proto_depIdxs = []int32{
 	2,  // 11: overworld.region.v1.InfoReply.role:type_name -> overworld.region.v1.Role
 	6,  // 12: overworld.region.v1.HandoffReply.snapshot:type_name -> overworld.region.v1.Snapshot
 	3,  // 13: overworld.region.v1.CacheReply.objects:type_name -> overworld.region.v1.Object
-	7,  // 14: overworld.region.v1.Message.request:type_name -> overworld.region.v1.Request
-	8,  // 15: overworld.region.v1.Message.reply:type_name -> overworld.region.v1.Reply
-	9,  // 16: overworld.region.v1.Message.replicate:type_name -> overworld.region.v1.Replicate
-	10, // 17: overworld.region.v1.Message.replicate_ack:type_name -> overworld.region.v1.ReplicateAck
-	11, // 18: overworld.region.v1.Message.info:type_name -> overworld.region.v1.Info
-	12, // 19: overworld.region.v1.Message.info_reply:type_name -> overworld.region.v1.InfoReply
-	13, // 20: overworld.region.v1.Message.handoff:type_name -> overworld.region.v1.Handoff
-	14, // 21: overworld.region.v1.Message.handoff_reply:type_name -> overworld.region.v1.HandoffReply
-	15, // 22: overworld.region.v1.Message.retire:type_name -> overworld.region.v1.Retire
-	16, // 23: overworld.region.v1.Message.nudge:type_name -> overworld.region.v1.Nudge
-	17, // 24: overworld.region.v1.Message.cache_query:type_name -> overworld.region.v1.CacheQuery
-	18, // 25: overworld.region.v1.Message.cache_reply:type_name -> overworld.region.v1.CacheReply
-	19, // 26: overworld.region.v1.Message.ping:type_name -> overworld.region.v1.Ping
-	20, // 27: overworld.region.v1.Message.ack:type_name -> overworld.region.v1.Ack
-	5,  // 28: overworld.region.v1.Event.entries:type_name -> overworld.region.v1.Entry
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	19, // 14: overworld.region.v1.CacheReply.entries:type_name -> overworld.region.v1.SignedEntry
+	5,  // 15: overworld.region.v1.SignedEntry.entry:type_name -> overworld.region.v1.Entry
+	7,  // 16: overworld.region.v1.Message.request:type_name -> overworld.region.v1.Request
+	8,  // 17: overworld.region.v1.Message.reply:type_name -> overworld.region.v1.Reply
+	9,  // 18: overworld.region.v1.Message.replicate:type_name -> overworld.region.v1.Replicate
+	10, // 19: overworld.region.v1.Message.replicate_ack:type_name -> overworld.region.v1.ReplicateAck
+	11, // 20: overworld.region.v1.Message.info:type_name -> overworld.region.v1.Info
+	12, // 21: overworld.region.v1.Message.info_reply:type_name -> overworld.region.v1.InfoReply
+	13, // 22: overworld.region.v1.Message.handoff:type_name -> overworld.region.v1.Handoff
+	14, // 23: overworld.region.v1.Message.handoff_reply:type_name -> overworld.region.v1.HandoffReply
+	15, // 24: overworld.region.v1.Message.retire:type_name -> overworld.region.v1.Retire
+	16, // 25: overworld.region.v1.Message.nudge:type_name -> overworld.region.v1.Nudge
+	17, // 26: overworld.region.v1.Message.cache_query:type_name -> overworld.region.v1.CacheQuery
+	18, // 27: overworld.region.v1.Message.cache_reply:type_name -> overworld.region.v1.CacheReply
+	20, // 28: overworld.region.v1.Message.ping:type_name -> overworld.region.v1.Ping
+	21, // 29: overworld.region.v1.Message.ack:type_name -> overworld.region.v1.Ack
+	5,  // 30: overworld.region.v1.Event.entries:type_name -> overworld.region.v1.Entry
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_region_proto_init() }
@@ -1921,7 +2112,7 @@ func file_region_proto_init() {
 	if File_region_proto != nil {
 		return
 	}
-	file_region_proto_msgTypes[18].OneofWrappers = []any{
+	file_region_proto_msgTypes[19].OneofWrappers = []any{
 		(*Message_Request)(nil),
 		(*Message_Reply)(nil),
 		(*Message_Replicate)(nil),
@@ -1943,7 +2134,7 @@ func file_region_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_region_proto_rawDesc), len(file_region_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
