@@ -60,8 +60,8 @@ type LeaseGate struct {
 	// refused: regions whose lease the service refused this peer as not
 	// placed near them, until when this peer steps aside from them.
 	refused map[regions.Coord]time.Time
-	probing     bool
-	closed      bool
+	probing bool
+	closed  bool
 }
 
 type running struct {
