@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
@@ -76,7 +77,7 @@ func (s *Service) acquire(c Coord, sl *slot) {
 			asked = append(asked, p)
 		}
 	}
-	holders := s.askInfo(ctx, c, asked)
+	holders := s.provenHolders(c, s.askInfo(ctx, c, asked))
 	for _, h := range holders {
 		if s.closer(c, h.p, self) && !h.info.SteppingAside {
 			s.log.Debug("a closer peer is alive; not taking the region", "region", c, "closer", h.p)
@@ -115,6 +116,32 @@ func (s *Service) acquire(c Coord, sl *slot) {
 	default:
 		s.handoffFrom(ctx, c, sl, best.p)
 	}
+}
+
+// provenHolders drops the holders whose copy does not check out: a copy
+// with commits in it must come with a grant of the region's lease not
+// older than the newest known (lease service in use), and the peer
+// offering it must be placed, so that no peer can make this one take
+// its made-up state over. A copy with nothing committed proves nothing and
+// risks nothing.
+func (s *Service) provenHolders(c Coord, holders []holder) []holder {
+	out := holders[:0]
+	for _, h := range holders {
+		if h.info.Role != pb.Role_ROLE_NONE && (h.info.Seq > 0 || h.info.Epoch > 0) {
+			reason := ""
+			if !s.placed(c, h.p) {
+				reason = refusedNotPlaced
+			} else if h.info.Seq > 0 {
+				_, reason = s.checkProofCopy(c, h.info.Grant)
+			}
+			if reason != "" {
+				s.refuse(c, h.p, "holder's copy", refusedHolderUnproven+"/"+reason)
+				h.info = &pb.InfoReply{SteppingAside: h.info.SteppingAside}
+			}
+		}
+		out = append(out, h)
+	}
+	return out
 }
 
 // fresher orders holders: higher epoch, then longer log, then an active
@@ -183,8 +210,12 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 			return
 		}
 		if hr.Ok {
+			if reason := s.checkHandoff(c, src, hr); reason != "" {
+				s.refuse(c, src, "hand-off", refusedHolderUnproven+"/"+reason)
+				return
+			}
 			sl.mu.Lock()
-			eff := sl.m.Install(hr.Snapshot, src, true, time.Now())
+			eff := sl.m.Install(hr.Snapshot, src, true, hr.Grant, time.Now())
 			sl.mu.Unlock()
 			s.log.Info("took region over", "region", c, "from", src, "epoch", hr.Snapshot.Epoch, "objects", len(hr.Snapshot.Objects))
 			s.metrics.takeovers.WithLabelValues(takeoverTransfer).Inc()
@@ -202,6 +233,19 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		}
 		src = next
 	}
+}
+
+// checkHandoff checks a handed-over snapshot as provenHolders checks
+// copies; it returns a refusal reason, "" when it checks out.
+func (s *Service) checkHandoff(c Coord, src peer.ID, hr *pb.HandoffReply) string {
+	if !s.placed(c, src) {
+		return refusedNotPlaced
+	}
+	if hr.Snapshot.Seq == 0 && len(hr.Snapshot.Objects) == 0 {
+		return ""
+	}
+	_, reason := s.checkProofCopy(c, hr.Grant)
+	return reason
 }
 
 // serveHandoff answers a peer that wants to take region c over.
@@ -261,15 +305,10 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 			peers = append(peers, p)
 		}
 	}
-	type cacheAnswer struct {
-		epoch uint64
-		objs  []*pb.Object
-	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	answers := []cacheAnswer{}
-	epoch, own := s.cacheOf(c)
-	answers = append(answers, cacheAnswer{epoch, own})
+	_, _, own := s.cacheOf(c)
+	answers := [][]*pb.SignedEntry{own}
 	for _, p := range peers {
 		wg.Add(1)
 		go func() {
@@ -280,7 +319,7 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 			}
 			if cr := reply.GetCacheReply(); cr != nil {
 				mu.Lock()
-				answers = append(answers, cacheAnswer{cr.Epoch, cr.Objects})
+				answers = append(answers, cr.Entries)
 				mu.Unlock()
 			}
 		}()
@@ -289,18 +328,35 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 	if ctx.Err() != nil {
 		return
 	}
-	merged := map[string]*pb.Object{}
+	// Only entries signed by a coordinator with a grant that checks out
+	// count (trust.go): a member cannot make up objects or epochs. Each
+	// distinct signature is checked once; members mostly hold the same.
+	verdicts := map[string]bool{}
+	merged := map[string]*pb.SignedEntry{}
 	var maxEpoch uint64
 	sources := 0
 	for _, a := range answers {
-		maxEpoch = max(maxEpoch, a.epoch)
-		if len(a.objs) > 0 {
-			sources++
-		}
-		for _, o := range a.objs {
-			if cur := merged[o.Id]; cur == nil || o.Version > cur.Version {
-				merged[o.Id] = o
+		used := false
+		for _, se := range a {
+			ok, seen := verdicts[string(se.Signature)]
+			if !seen {
+				reason := s.verifySignedEntry(c, se)
+				if ok = reason == ""; !ok {
+					s.metrics.refused.WithLabelValues(refusedCacheUnproven).Inc()
+				}
+				verdicts[string(se.Signature)] = ok
 			}
+			if !ok {
+				continue
+			}
+			used = true
+			maxEpoch = max(maxEpoch, se.Epoch)
+			if cur := merged[se.Entry.Object.Id]; cur == nil || newerEntry(se, cur) {
+				merged[se.Entry.Object.Id] = se
+			}
+		}
+		if used {
+			sources++
 		}
 	}
 	ids := make([]string, 0, len(merged))
@@ -311,9 +367,9 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 	if len(ids) > MaxObjectsInRegion {
 		ids = ids[:MaxObjectsInRegion]
 	}
-	snap := &pb.Snapshot{Epoch: maxEpoch + 1}
+	snap := &pb.Snapshot{Epoch: maxEpoch + 1} // verified entries bound maxEpoch far below wrapping
 	for _, id := range ids {
-		o := merged[id]
+		o := proto.Clone(merged[id].Entry.Object).(*pb.Object)
 		o.LockHolder, o.LockExpiresMs = nil, 0
 		snap.Objects = append(snap.Objects, o)
 	}
@@ -322,7 +378,7 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 		sl.mu.Unlock()
 		return // someone handed us the state meanwhile
 	}
-	eff := sl.m.Install(snap, "", false, time.Now())
+	eff := sl.m.Install(snap, "", false, nil, time.Now())
 	sl.mu.Unlock()
 	if maxEpoch == 0 && len(merged) == 0 {
 		s.log.Info("region created", "region", c, "asked", len(asked))

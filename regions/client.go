@@ -145,6 +145,9 @@ func (s *Service) do(ctx context.Context, c Coord, req *pb.Request) (*pb.Reply, 
 		return nil, errOutside(c, s.cfg)
 	}
 	req.RequestId = newRequestID()
+	// Signed by the player, so that a peer forwarding it while it takes
+	// the region over cannot change whose request it is.
+	req.OriginSignature = s.sign(requestDigest(s.cfg.World, c, req))
 	var suspects []peer.ID
 	var target peer.ID
 	var lastErr error

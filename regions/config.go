@@ -92,6 +92,10 @@ type Config struct {
 	Map func(Coord) []byte
 	// Gate is consulted before commits. Default AllowAll.
 	Gate CommitGate
+	// Proofs, if set, checks every role claim against the lease service's
+	// signed grants and supplies this peer's own (see LeaseProofs); it is
+	// usually the Gate too. Nil: roles are checked by placement alone.
+	Proofs LeaseProofs
 	// Authorizer checks the token of every remote peer. Default AllowAll.
 	Authorizer Authorizer
 	// Token returns this peer's own login token, sent with every message

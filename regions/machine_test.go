@@ -38,7 +38,7 @@ func testPeer(n byte) peer.ID {
 }
 
 func newTestMachine(self peer.ID) *machine {
-	return newMachine(self, Coord{1, 2}, AllowAll, nil, slog.New(slog.DiscardHandler))
+	return newMachine(self, Coord{1, 2}, AllowAll, nil, nil, slog.New(slog.DiscardHandler))
 }
 
 // replies collects the answers a machine gives.
@@ -83,7 +83,7 @@ func deliver(t *testing.T, co, re *machine, eff effects) effects {
 			t.Fatalf("machine produced an invalid message: %v", err)
 		}
 		ack, _ := re.Replicate(co.self, eff.send.msg)
-		eff = co.ReplicaAck(re.self, ack, t0)
+		eff = co.ReplicaAck(re.self, ack, true, t0)
 		all.merge(eff)
 	}
 	return all
@@ -211,7 +211,7 @@ func TestDeposedCoordinatorStopsCommitting(t *testing.T) {
 	if ack.Ok || !ack.Stale || ack.Epoch != 2 {
 		t.Fatalf("replica accepted an old epoch: %v", ack)
 	}
-	eff = co.ReplicaAck(re.self, ack, t0)
+	eff = co.ReplicaAck(re.self, ack, true, t0)
 	for _, a := range eff.answers {
 		a.reply(a.r)
 	}
@@ -257,7 +257,7 @@ func TestHandoffWaitsForTheBatchAndRetiresTheOldReplica(t *testing.T) {
 	}
 	// The new coordinator continues with the old one as replica.
 	nc := newTestMachine(peerC)
-	nc.Install(hr.Snapshot, peerA, true, t0)
+	nc.Install(hr.Snapshot, peerA, true, hr.Grant, t0)
 	eff = nc.Submit(&pending{from: bob, req: rw(3, "food", 1, "2"), reply: r.to("c")}, t0)
 	all = deliver(t, nc, co, eff)
 	for _, a := range all.answers {

@@ -75,6 +75,7 @@ func New(cfg Config) (*Guard, error) {
 // OnRoleChange before any OnRoleChange rc already has.
 func (g *Guard) Apply(rc *regions.Config) {
 	rc.Gate = g.Gate
+	rc.Proofs = g.Gate
 	rc.Authorizer = g.Authorizer
 	rc.Token = g.Tokens.Token
 	prev := rc.OnRoleChange
