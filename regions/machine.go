@@ -293,12 +293,17 @@ func (m *machine) pump(now time.Time) (eff effects) {
 		}
 		if m.replica != "" && !m.replicaSynced {
 			grant := m.currentProof()
-			if m.proofs != nil && grant == nil {
-				return eff // a replica takes a snapshot only under a lease; the maintenance tick pumps again
+			if m.proofs == nil || grant != nil {
+				m.outstanding, m.outSeq = true, m.seq
+				eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Snapshot: m.snapshot(), Grant: grant}}
+				return eff
 			}
-			m.outstanding, m.outSeq = true, m.seq
-			eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Snapshot: m.snapshot(), Grant: grant}}
-			return eff
+			// A replica takes a snapshot only under a lease (the
+			// maintenance tick pumps again when it comes). Meanwhile
+			// reads are answered; writes are refused without a lease.
+			if len(m.inflightEnts) > 0 {
+				return eff
+			}
 		}
 		if len(m.inflightEnts) > 0 {
 			if m.replica == "" {

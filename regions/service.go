@@ -530,6 +530,7 @@ func (s *Service) serveFrame(from peer.ID, r *bufio.Reader) *pb.Message {
 		msg, err = readMessage(r)
 	}
 	if err != nil {
+		s.metrics.refused.WithLabelValues(refusedBounds).Inc()
 		return s.envelope(Coord{}, &pb.Message{Body: &pb.Message_Reply{Reply: &pb.Reply{
 			Status: pb.Status_STATUS_BAD_REQUEST, Error: truncate(err.Error()),
 		}}})
@@ -802,7 +803,14 @@ func (s *Service) redirectOrAcquire(c Coord, req *pb.Request) *pb.Reply {
 	order := s.placement(c)
 	for _, b := range req.Suspects {
 		p, err := peer.IDFromBytes(b)
-		if err != nil || p == s.h.ID() || !s.alive(p) || !containsPeer(order[:min(2, len(order))], p) || !s.probeDue(p) {
+		if err != nil || p == s.h.ID() || !s.alive(p) {
+			continue
+		}
+		if !containsPeer(order[:min(2, len(order))], p) {
+			s.metrics.refused.WithLabelValues(refusedSuspectNotPlaced).Inc()
+			continue
+		}
+		if !s.probeDue(p) {
 			continue
 		}
 		if !s.probe(p) {

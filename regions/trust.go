@@ -51,20 +51,20 @@ const (
 
 // Refusal reasons, the label of overworld_region_refused_total.
 const (
-	refusedNotPlaced       = "not_placed"
-	refusedProofMissing    = "proof_missing"
-	refusedProofInvalid    = "proof_invalid"
-	refusedProofHolder     = "proof_wrong_holder"
-	refusedProofStale      = "proof_stale"
-	refusedProofExpired    = "proof_expired"
-	refusedDeposalUnproven = "deposal_unproven"
-	refusedHolderUnproven  = "holder_unproven"
-	refusedCacheUnproven   = "cache_unproven"
-	refusedOriginUnproven  = "origin_unproven"
-	refusedReplicaExcluded = "replica_excluded"
-	refusedEventForged     = "event_forged"
-	refusedBounds          = "out_of_bounds"
-	refusedFrameUnauth     = "frame_before_token"
+	refusedNotPlaced        = "not_placed"
+	refusedProofMissing     = "proof_missing"
+	refusedProofInvalid     = "proof_invalid"
+	refusedProofHolder      = "proof_wrong_holder"
+	refusedProofStale       = "proof_stale"
+	refusedProofExpired     = "proof_expired"
+	refusedDeposalUnproven  = "deposal_unproven"
+	refusedHolderUnproven   = "holder_unproven"
+	refusedCacheUnproven    = "cache_unproven"
+	refusedOriginUnproven   = "origin_unproven"
+	refusedReplicaExcluded  = "replica_excluded"
+	refusedEventForged      = "event_forged"
+	refusedBounds           = "out_of_bounds"
+	refusedSuspectNotPlaced = "suspect_not_placed"
 )
 
 // newestLeases remembers the newest lease ID seen with a valid grant for each
