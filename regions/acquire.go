@@ -37,12 +37,15 @@ func (s *Service) beginAcquire(c Coord, asCoordinator bool) {
 		return
 	}
 	sl.acquiring = true
+	done := make(chan struct{})
+	sl.acquired = done
 	sl.mu.Unlock()
 	s.spawn(func() {
 		s.acquire(c, sl)
 		sl.mu.Lock()
 		sl.acquiring, sl.source = false, ""
 		sl.mu.Unlock()
+		close(done)
 	})
 }
 

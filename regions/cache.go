@@ -21,6 +21,10 @@ type Object struct {
 	// LockHolder holds the object's lock until LockExpires (zero: unlocked).
 	LockHolder  peer.ID
 	LockExpires time.Time
+	// SingleCopy, on an update's answer: the coordinator acknowledged it
+	// with no replica holding it (none was reachable), so it is lost if
+	// the coordinator fails before a replica syncs.
+	SingleCopy bool
 }
 
 func objectFromPB(o *pb.Object) Object {

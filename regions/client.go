@@ -119,6 +119,7 @@ func (cl *Client) update(ctx context.Context, c Coord, req *pb.Request, what str
 		return Object{}, fmt.Errorf("%s %q in region %s: %w", what, req.ObjectId, c, err)
 	}
 	obj := objectFromPB(r.Object)
+	obj.SingleCopy = r.SingleCopy
 	switch r.Status {
 	case pb.Status_STATUS_OK:
 		if req.Op == pb.Op_OP_INITIALIZE || req.Op == pb.Op_OP_READ_WRITE {

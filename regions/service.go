@@ -78,6 +78,9 @@ type slot struct {
 	mu        sync.Mutex
 	m         *machine
 	acquiring bool
+	// acquired is closed when the running acquisition ends: requests that
+	// reach this peer meanwhile wait for it instead of being sent away.
+	acquired  chan struct{}
 	source    peer.ID // hand-off source while the transfer runs
 	lastNudge time.Time
 }
@@ -731,6 +734,12 @@ func (s *Service) verifyDeposal(c Coord, out *outbound, ack *pb.ReplicateAck) bo
 func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) (reply *pb.Reply) {
 	start := time.Now()
 	defer func() { s.metrics.answered(req, reply, start) }()
+	return s.serveRequestOnce(from, c, req, false)
+}
+
+// serveRequestOnce is serveRequest; waited says it already waited for an
+// acquisition of the region to end.
+func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waited bool) *pb.Reply {
 	player := from
 	if req.Forwarded {
 		// A peer taking the region over forwards for the player; only the
@@ -744,7 +753,7 @@ func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) (reply *p
 	}
 	sl := s.existingSlot(c)
 	if sl == nil {
-		return s.redirectOrAcquire(c, req)
+		return s.redirectOrAcquire(from, c, req, waited)
 	}
 	sl.mu.Lock()
 	switch sl.m.role {
@@ -773,21 +782,36 @@ func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) (reply *p
 		s.startAcquire(c)
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "replica taking over"}
 	}
-	acquiring, src := sl.acquiring, sl.source
+	acquiring, src, acquired := sl.acquiring, sl.source, sl.acquired
 	sl.mu.Unlock()
 	if acquiring {
 		if src != "" && !req.Forwarded {
-			// The transfer is running: the old coordinator still serves.
+			// The transfer is running: the old coordinator still serves
+			// until it hands the region over (then it sends the request
+			// back here, and it waits below).
 			fwd := proto.Clone(req).(*pb.Request)
 			fwd.Forwarded, fwd.Origin, fwd.Suspects = true, []byte(player), nil
 			reply, err := s.call(s.ctx, src, c, &pb.Message{Body: &pb.Message_Request{Request: fwd}})
-			if err == nil && reply.GetReply() != nil && reply.GetReply().Status != pb.Status_STATUS_REDIRECT {
+			if err == nil && reply.GetReply() != nil && reply.GetReply().Status != pb.Status_STATUS_REDIRECT &&
+				reply.GetReply().Status != pb.Status_STATUS_RETRY {
 				return reply.GetReply()
+			}
+		}
+		// Wait for the acquisition to end rather than send the player
+		// away to retry: it ends within a few round trips.
+		if !waited {
+			timer := time.NewTimer(s.cfg.RequestTimeout)
+			defer timer.Stop()
+			select {
+			case <-acquired:
+				return s.serveRequestOnce(from, c, req, true)
+			case <-timer.C:
+			case <-s.ctx.Done():
 			}
 		}
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "state transfer running"}
 	}
-	return s.redirectOrAcquire(c, req)
+	return s.redirectOrAcquire(from, c, req, waited)
 }
 
 // redirectOrAcquire answers a request for a region this peer does not
@@ -796,7 +820,7 @@ func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) (reply *p
 // if they would change that answer (the first two of the region's
 // placement), and each at most once per ProbeTimeout: a request cannot
 // make this peer dial strangers.
-func (s *Service) redirectOrAcquire(c Coord, req *pb.Request) *pb.Reply {
+func (s *Service) redirectOrAcquire(from peer.ID, c Coord, req *pb.Request, waited bool) *pb.Reply {
 	if req.Forwarded {
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "not coordinating"}
 	}
@@ -819,6 +843,11 @@ func (s *Service) redirectOrAcquire(c Coord, req *pb.Request) *pb.Reply {
 	}
 	if order[0] == s.h.ID() && s.n.CanCoordinate(order[0]) { // behind NAT and alone: wait for a reachable peer
 		s.startAcquire(c)
+		if !waited {
+			// Serve it once the region is taken over (or forward it while
+			// the state comes), rather than send the player away.
+			return s.serveRequestOnce(from, c, req, false)
+		}
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "taking the region over"}
 	}
 	return redirectReply(order[0])
