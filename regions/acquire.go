@@ -22,14 +22,12 @@ const (
 
 // startAcquire begins taking region c over unless that already runs or
 // this peer coordinates it.
-func (s *Service) startAcquire(c Coord) { s.beginAcquire(c, false) }
+func (s *Service) startAcquire(c Coord) { s.beginAcquire(c, false, "") }
 
-// startReclaim is startAcquire for a coordinator that learned another peer
-// holds its region too: acquire compares the copies and takes the fresher
-// one by hand-off (keeping its own if that is the freshest).
-func (s *Service) startReclaim(c Coord) { s.beginAcquire(c, true) }
-
-func (s *Service) beginAcquire(c Coord, asCoordinator bool) {
+// beginAcquire starts acquire; nudger, if set, is a peer that nudged this
+// one about the region, and is asked what it holds besides the closest
+// peers (it may hold a copy of the region far from where it belongs).
+func (s *Service) beginAcquire(c Coord, asCoordinator bool, nudger peer.ID) {
 	sl := s.slot(c)
 	sl.mu.Lock()
 	if sl.acquiring || (sl.m.role == pb.Role_ROLE_COORDINATOR && !asCoordinator) {
@@ -41,7 +39,7 @@ func (s *Service) beginAcquire(c Coord, asCoordinator bool) {
 	sl.acquired = done
 	sl.mu.Unlock()
 	s.spawn(func() {
-		s.acquire(c, sl)
+		s.acquire(c, sl, nudger)
 		sl.mu.Lock()
 		sl.acquiring, sl.source = false, ""
 		sl.mu.Unlock()
@@ -60,7 +58,7 @@ type holder struct {
 // freshest holder of the state is this peer's own replica copy (take
 // over); another peer holds it (hand-off from that peer); nobody holds it
 // (rebuild from the members' caches: a double failure, or a new region).
-func (s *Service) acquire(c Coord, sl *slot) {
+func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 	ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
 	defer cancel()
 	self := s.h.ID()
@@ -79,6 +77,9 @@ func (s *Service) acquire(c Coord, sl *slot) {
 		if p != self && len(asked) < acquireAsk {
 			asked = append(asked, p)
 		}
+	}
+	if nudger != "" && nudger != self && !containsPeer(asked, nudger) {
+		asked = append(asked, nudger)
 	}
 	holders := s.provenHolders(c, s.askInfo(ctx, c, asked))
 	for _, h := range holders {
@@ -121,20 +122,24 @@ func (s *Service) acquire(c Coord, sl *slot) {
 	}
 }
 
-// provenHolders drops the holders whose copy does not check out: a copy
-// with commits in it must come with a grant of the region's lease not
-// older than the newest known (lease service in use), and the peer
-// offering it must be placed, so that no peer can make this one take
-// its made-up state over. A copy with nothing committed proves nothing and
+// provenHolders drops the holders whose copy does not check out: with a
+// lease service, a copy with commits in it must come with a grant of the
+// region's lease not older than the newest known; without one, the peer
+// offering it must be placed. So no peer can make this one take its
+// made-up state over. A copy with nothing committed proves nothing and
 // risks nothing.
 func (s *Service) provenHolders(c Coord, holders []holder) []holder {
 	out := holders[:0]
 	for _, h := range holders {
 		if h.info.Role != pb.Role_ROLE_NONE && (h.info.Seq > 0 || h.info.Epoch > 0) {
 			reason := ""
-			if !s.placed(c, h.p) {
-				reason = refusedNotPlaced
+			if s.cfg.Proofs == nil {
+				if !s.placed(c, h.p) {
+					reason = refusedNotPlaced
+				}
 			} else if h.info.Seq > 0 {
+				// The grant is the proof; placement is not asked of a
+				// copy, which may sit where a thin view put it.
 				_, reason = s.checkProofCopy(c, h.info.Grant)
 			}
 			if reason != "" {
@@ -241,8 +246,11 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 // checkHandoff checks a handed-over snapshot as provenHolders checks
 // copies; it returns a refusal reason, "" when it checks out.
 func (s *Service) checkHandoff(c Coord, src peer.ID, hr *pb.HandoffReply) string {
-	if !s.placed(c, src) {
-		return refusedNotPlaced
+	if s.cfg.Proofs == nil {
+		if !s.placed(c, src) {
+			return refusedNotPlaced
+		}
+		return ""
 	}
 	if hr.Snapshot.Seq == 0 && len(hr.Snapshot.Objects) == 0 {
 		return ""
@@ -376,12 +384,21 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 		o.LockHolder, o.LockExpiresMs = nil, 0
 		snap.Objects = append(snap.Objects, o)
 	}
+	// The copy is proven by the newest grant its objects were committed
+	// under, for whoever takes it over before this peer commits.
+	var grant []byte
+	var newest uint64
+	for _, id := range ids {
+		if se := merged[id]; se.Grant != nil && se.Entry.LeaseId >= newest {
+			grant, newest = se.Grant, se.Entry.LeaseId
+		}
+	}
 	sl.mu.Lock()
 	if sl.m.role != pb.Role_ROLE_NONE {
 		sl.mu.Unlock()
 		return // someone handed us the state meanwhile
 	}
-	eff := sl.m.Install(snap, "", false, nil, time.Now())
+	eff := sl.m.Install(snap, "", false, grant, time.Now())
 	sl.mu.Unlock()
 	if maxEpoch == 0 && len(merged) == 0 {
 		s.log.Info("region created", "region", c, "asked", len(asked))

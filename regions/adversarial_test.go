@@ -200,8 +200,8 @@ func TestAdversarialDeposalByReplica(t *testing.T) {
 			waitUntil(t, 30*time.Second, "the coordinator to leave the hostile replica out", func() bool {
 				return refusedBy(t, refusedReplicaExcluded, co) >= 1
 			})
-			if mode == "liar" && refusedBy(t, refusedProofHolder, co) < 1 {
-				t.Errorf("the deposal's refusal was not counted as proof_wrong_holder")
+			if mode == "liar" && refusedBy(t, refusedDeposalUnproven, co) < 1 {
+				t.Errorf("the deposal's refusal was not counted as deposal_unproven")
 			}
 			waitUntil(t, 30*time.Second, "writes held by the honest replica", func() bool {
 				sl := co.svc.existingSlot(c)

@@ -99,8 +99,8 @@ func FuzzMachineStep(f *testing.F) {
 			co.Submit(&pending{from: alice, req: b.Request, reply: func(*pb.Reply) {}}, now)
 			re.Submit(&pending{from: alice, req: b.Request, reply: func(*pb.Reply) {}}, now)
 		case *pb.Message_Replicate:
-			re.Replicate(peerA, b.Replicate)
-			co.Replicate(peerC, b.Replicate)
+			re.Replicate(peerA, b.Replicate, false)
+			co.Replicate(peerC, b.Replicate, false)
 		case *pb.Message_ReplicateAck:
 			co.ReplicaAck(peerB, b.ReplicateAck, true, now)
 		}

@@ -577,7 +577,11 @@ func (m *machine) stepDown(to peer.ID) (eff effects) {
 }
 
 // Replicate applies a coordinator's message as replica and returns the ack.
-func (m *machine) Replicate(from peer.ID, r *pb.Replicate) (*pb.ReplicateAck, effects) {
+// leaseWins says the sender replicates under a newer lease than the one
+// this peer's copy was committed under (the transport checked both
+// grants): then its snapshot is taken whatever the epochs, since the lease
+// service decides who commits and this copy's lease has ended.
+func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.ReplicateAck, effects) {
 	var eff effects
 	stale := func() *pb.ReplicateAck {
 		who := m.coordinator
@@ -591,10 +595,10 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate) (*pb.ReplicateAck, ef
 		return ack
 	}
 	if r.Snapshot != nil {
-		if m.role == pb.Role_ROLE_COORDINATOR && m.epoch >= r.Epoch {
+		if m.role == pb.Role_ROLE_COORDINATOR && m.epoch >= r.Epoch && !leaseWins {
 			return stale(), eff
 		}
-		if m.role == pb.Role_ROLE_REPLICA && m.epoch > r.Epoch {
+		if m.role == pb.Role_ROLE_REPLICA && m.epoch > r.Epoch && !leaseWins {
 			return stale(), eff
 		}
 		if m.role == pb.Role_ROLE_COORDINATOR {

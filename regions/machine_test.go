@@ -82,7 +82,7 @@ func deliver(t *testing.T, co, re *machine, eff effects) effects {
 		if err := validateReplicate(eff.send.msg); err != nil {
 			t.Fatalf("machine produced an invalid message: %v", err)
 		}
-		ack, _ := re.Replicate(co.self, eff.send.msg)
+		ack, _ := re.Replicate(co.self, eff.send.msg, false)
 		eff = co.ReplicaAck(re.self, ack, true, t0)
 		all.merge(eff)
 	}
@@ -207,7 +207,7 @@ func TestDeposedCoordinatorStopsCommitting(t *testing.T) {
 	re.SetReplica(peerC, t0)
 	var r replies
 	eff := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "1"), reply: r.to("a")}, t0)
-	ack, _ := re.Replicate(co.self, eff.send.msg)
+	ack, _ := re.Replicate(co.self, eff.send.msg, false)
 	if ack.Ok || !ack.Stale || ack.Epoch != 2 {
 		t.Fatalf("replica accepted an old epoch: %v", ack)
 	}
@@ -301,25 +301,25 @@ func TestReplicaFailureResyncsTheNextOne(t *testing.T) {
 func TestReplicaRefusesGapsAndStrangers(t *testing.T) {
 	re := newTestMachine(peerB)
 	snap := &pb.Snapshot{Epoch: 3, Seq: 5}
-	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Snapshot: snap}); !ack.Ok {
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Snapshot: snap}, false); !ack.Ok {
 		t.Fatal(ack)
 	}
 	entry := func(seq uint64) *pb.Entry {
 		return &pb.Entry{Seq: seq, Object: &pb.Object{Id: "x", Version: seq}, Done: &pb.Done{RequestId: reqID(byte(seq))}}
 	}
-	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(7)}}); ack.Ok {
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(7)}}, false); ack.Ok {
 		t.Fatal("accepted a gap")
 	}
-	if ack, _ := re.Replicate(peerC, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}); ack.Ok {
+	if ack, _ := re.Replicate(peerC, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}, false); ack.Ok {
 		t.Fatal("accepted entries from a peer that is not its coordinator")
 	}
-	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 2, Entries: []*pb.Entry{entry(6)}}); ack.Ok || !ack.Stale {
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 2, Entries: []*pb.Entry{entry(6)}}, false); ack.Ok || !ack.Stale {
 		t.Fatal("accepted an older epoch")
 	}
-	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}); !ack.Ok || ack.Seq != 6 {
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}, false); !ack.Ok || ack.Seq != 6 {
 		t.Fatalf("refused the next entry: %v", ack)
 	}
-	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}); !ack.Ok || ack.Seq != 6 {
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}, false); !ack.Ok || ack.Seq != 6 {
 		t.Fatalf("a resend was not acknowledged: %v", ack)
 	}
 	if fmt.Sprint(re.objects["x"].Version) != "6" {

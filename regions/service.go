@@ -66,7 +66,7 @@ type Service struct {
 
 	reported map[Coord]Role // last roles told to OnRoleChange (maintainLoop only)
 
-	wake   chan Coord   // regions to look at now (nudges, deaths)
+	wake   chan wakeup  // regions to look at now (nudges, deaths)
 	downed chan peer.ID // peers whose last connection closed
 	notify *network.NotifyBundle
 	closed sync.Once
@@ -106,7 +106,7 @@ func New(n *node.Node, cfg Config) (*Service, error) {
 		excluded: map[peer.ID]time.Time{},
 		probed:   map[peer.ID]time.Time{},
 		reported: map[Coord]Role{},
-		wake:     make(chan Coord, 256),
+		wake:     make(chan wakeup, 256),
 		downed:   make(chan peer.ID, 256),
 	}
 	m, err := newMetrics(s, cfg.Registerer)
@@ -589,7 +589,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message) *pb.Message {
 		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
 	case *pb.Message_Nudge:
 		select {
-		case s.wake <- c:
+		case s.wake <- wakeup{c: c, nudged: true, nudger: from}:
 		default:
 		}
 		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
@@ -610,7 +610,8 @@ func (s *Service) serve(from peer.ID, msg *pb.Message) *pb.Message {
 // that is placed and, with a lease service, shows a valid grant of the
 // region naming it (trust.go); the machine then orders it by epoch.
 func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.ReplicateAck {
-	if _, reason := s.verifyCoordinator(c, from, r.Grant); reason != "" {
+	cl, reason := s.verifyCoordinator(c, from, r.Grant)
+	if reason != "" {
 		s.refuse(c, from, "replication", reason)
 		ack := &pb.ReplicateAck{}
 		if sl := s.existingSlot(c); sl != nil {
@@ -622,8 +623,21 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 	}
 	sl := s.slot(c)
 	sl.mu.Lock()
-	ack, eff := sl.m.Replicate(from, r)
+	leaseWins := false
+	if s.cfg.Proofs != nil && r.Snapshot != nil && sl.m.role != pb.Role_ROLE_NONE {
+		var own uint64
+		if g := sl.m.proofOfCopy(); g != nil {
+			if _, id, _, err := s.cfg.Proofs.CheckProof(c, g); err == nil {
+				own = id
+			}
+		}
+		leaseWins = cl.leaseID > own
+	}
+	ack, eff := sl.m.Replicate(from, r, leaseWins)
 	sl.mu.Unlock()
+	if leaseWins && ack.Ok {
+		s.log.Info("a coordinator under a newer lease took this peer's copy over", "region", c, "coordinator", from, "lease", cl.leaseID)
+	}
 	s.run(c, sl, eff)
 	return ack
 }
@@ -701,8 +715,8 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 }
 
 // verifyDeposal checks a replica's answer that a newer coordinator exists.
-// With a lease service it must carry that coordinator's grant, under a
-// lease newer than the one this coordinator replicated under: lease IDs are
+// With a lease service it must carry a grant of the region under a lease
+// newer than the one this coordinator replicated under: lease IDs are
 // fencing tokens, so this coordinator's lease is over. Without one, the
 // named coordinator must at least be placed.
 func (s *Service) verifyDeposal(c Coord, out *outbound, ack *pb.ReplicateAck) bool {
@@ -714,12 +728,15 @@ func (s *Service) verifyDeposal(c Coord, out *outbound, ack *pb.ReplicateAck) bo
 	case !s.placed(c, next):
 		reason = refusedNotPlaced
 	case s.cfg.Proofs != nil:
+		// Any grant of the region newer than this coordinator's proves
+		// its lease over, whoever it names (the named coordinator may
+		// hold the copy without a lease of its own yet).
 		_, mine, _, merr := s.cfg.Proofs.CheckProof(c, out.msg.Grant)
-		cl, r := s.checkProofCopy(c, ack.Grant, next)
+		cl, r := s.checkProofCopy(c, ack.Grant)
 		switch {
 		case r != "":
 			reason = r
-		case merr == nil && cl.leaseID <= mine:
+		case merr != nil || cl.leaseID <= mine:
 			reason = refusedDeposalUnproven
 		}
 	}
@@ -950,7 +967,7 @@ func (s *Service) maintainLoop() {
 			return
 		case <-tick.C:
 			for _, c := range s.heldRegions() {
-				s.maintain(c, false)
+				s.maintain(c, wakeup{})
 			}
 			s.reportRoles()
 			if ticks%recheckTicks == 0 {
@@ -962,8 +979,8 @@ func (s *Service) maintainLoop() {
 			if ticks++; ticks%lonelyRefreshTicks == 0 && len(s.candidates()) < 3 {
 				s.n.DHT().RefreshRoutingTable()
 			}
-		case c := <-s.wake:
-			s.maintain(c, true)
+		case w := <-s.wake:
+			s.maintain(w.c, w)
 		case p := <-s.downed:
 			s.peerDown(p)
 		}
@@ -991,7 +1008,7 @@ func (s *Service) peerDown(p peer.ID) {
 		}
 		for _, c := range affected {
 			select {
-			case s.wake <- c:
+			case s.wake <- wakeup{c: c, nudged: true}:
 			default:
 			}
 		}
@@ -1000,8 +1017,26 @@ func (s *Service) peerDown(p peer.ID) {
 
 // maintain checks this peer's role for region c against its view of the
 // live peers.
-func (s *Service) maintain(c Coord, nudged bool) {
-	sl := s.slot(c)
+// wakeup asks maintain to look at region c now (nudged: not on the
+// periodic check); nudger is the peer that nudged this one about it (""
+// after a death).
+type wakeup struct {
+	c      Coord
+	nudged bool
+	nudger peer.ID
+}
+
+func (s *Service) maintain(c Coord, w wakeup) {
+	nudged := w.nudged
+	sl := s.existingSlot(c)
+	if sl == nil {
+		// Nothing held: a nudge asks this peer to take the region if it
+		// is the closest (a slot is made only then).
+		if nudged && s.placement(c)[0] == s.h.ID() {
+			s.beginAcquire(c, false, w.nudger)
+		}
+		return
+	}
 	sl.mu.Lock()
 	role, coord, replica, acquiring := sl.m.role, sl.m.coordinator, sl.m.replica, sl.acquiring
 	sl.mu.Unlock()
@@ -1012,6 +1047,9 @@ func (s *Service) maintain(c Coord, nudged bool) {
 	case pb.Role_ROLE_COORDINATOR:
 		order := s.placement(c)
 		if order[0] != s.h.ID() {
+			if s.stepDownEmpty(c, sl, order[0]) {
+				return
+			}
 			// A closer peer exists: it should take over (hand-off).
 			sl.mu.Lock()
 			due := time.Since(sl.lastNudge) > 4*s.cfg.MaintainEvery
@@ -1034,7 +1072,7 @@ func (s *Service) maintain(c Coord, nudged bool) {
 			// heard of the newer epoch. acquire compares the copies and
 			// takes the fresher one back by hand-off.
 			s.log.Debug("nudged while coordinating; comparing copies", "region", c)
-			s.startReclaim(c)
+			s.beginAcquire(c, true, w.nudger)
 			return
 		}
 		// The replica follows placement (the machine applies a change
@@ -1057,15 +1095,38 @@ func (s *Service) maintain(c Coord, nudged bool) {
 		// this peer steps aside itself; acquire defers to a closer holder
 		// that does not step aside.
 		if !s.alive(coord) || (nudged && s.eligible(c)) {
-			s.startAcquire(c)
+			s.beginAcquire(c, false, w.nudger)
 		}
 	default:
 		if nudged {
 			if order := s.placement(c); order[0] == s.h.ID() {
-				s.startAcquire(c)
+				s.beginAcquire(c, false, w.nudger)
 			}
 		}
 	}
+}
+
+// stepDownEmpty ends this peer's coordination of region c if a closer
+// peer exists, nothing was ever committed here and the commit gate does
+// not let this peer commit: a peer whose view was thin when the region
+// was first asked for created it empty, and another peer coordinates it
+// under the lease. It has nothing to hand over, and would otherwise
+// stay a second coordinator that keeps asking for the lease.
+func (s *Service) stepDownEmpty(c Coord, sl *slot, closer peer.ID) bool {
+	if _, ok := s.cfg.Gate.Allowed(c); ok {
+		return false
+	}
+	sl.mu.Lock()
+	m := sl.m
+	if m.role != pb.Role_ROLE_COORDINATOR || m.seq != 0 || len(m.objects) != 0 || m.outstanding || len(m.inflight) != 0 {
+		sl.mu.Unlock()
+		return false
+	}
+	eff := m.stepDown(closer)
+	sl.mu.Unlock()
+	s.log.Debug("stepping down from an empty region another peer coordinates", "region", c, "closer", closer)
+	s.run(c, sl, eff)
+	return true
 }
 
 func (s *Service) nudge(p peer.ID, c Coord) {

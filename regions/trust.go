@@ -2,6 +2,8 @@ package regions
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -159,9 +161,16 @@ func (s *Service) verifyCoordinator(c Coord, p peer.ID, proof []byte) (claim, st
 }
 
 // refuse counts a refused claim and logs it.
+// A grant that lapsed or was overtaken is what an honest coordinator's
+// late message looks like across a hand-off, so it is logged at debug
+// level; the rest is what only a hostile or broken peer sends.
 func (s *Service) refuse(c Coord, from peer.ID, what, reason string) {
 	s.metrics.refused.WithLabelValues(reason).Inc()
-	s.log.Warn("refused a claim that does not check out", "region", c, "from", from, "what", what, "reason", reason)
+	level := slog.LevelWarn
+	if reason == refusedProofStale || reason == refusedProofExpired {
+		level = slog.LevelDebug
+	}
+	s.log.Log(context.Background(), level, "refused a claim that does not check out", "region", c, "from", from, "what", what, "reason", reason)
 }
 
 // --- signatures with libp2p keys ---------------------------------------------

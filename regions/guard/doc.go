@@ -12,7 +12,7 @@
 //     Valid(now), so a coordinator commits only while it holds the lease.
 //     The gate also implements regions.Eligibility: a peer that holds no
 //     valid lease on a region while it cannot reach the lease service
-//     (its last call got no answer) is not eligible to coordinate it, so the
+//     (its last two calls got no answer) is not eligible to coordinate it, so the
 //     service ranks itself last and the region moves to a peer that can
 //     commit. While unreachable the gate probes the service with a renewal
 //     that cannot succeed (lease ID 0) until an answer comes back.

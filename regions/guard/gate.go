@@ -55,8 +55,10 @@ type LeaseGate struct {
 
 	mu      sync.Mutex
 	holders map[regions.Coord]*running
-	// unreachable: the last call to the lease service got no answer.
+	// unreachable: the last unansweredLimit calls to the lease service
+	// got no answer (unanswered counts them).
 	unreachable bool
+	unanswered  int
 	// refused: regions whose lease the service refused this peer as not
 	// placed near them, until when this peer steps aside from them.
 	refused map[regions.Coord]time.Time
@@ -128,6 +130,10 @@ func (g *LeaseGate) Eligible(c regions.Coord) bool {
 	}
 	return !g.unreachable
 }
+
+// unansweredLimit is how many lease calls in a row must go unanswered
+// before the lease service counts as unreachable.
+const unansweredLimit = 2
 
 // notEntitledFor is how long a peer the lease service found not placed
 // near a region steps aside from it: long enough for placement views to
@@ -260,6 +266,16 @@ func (g *LeaseGate) observe(err error) {
 	ok := answered(err)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// One call without an answer is what a busy machine looks like (the
+	// account server on 127.0.0.1 in the demo, behind a loaded CPU); the
+	// service counts as unreachable after unansweredLimit in a row, so
+	// that one slow answer does not make this peer step aside from every
+	// region it holds no lease on.
+	if ok {
+		g.unanswered = 0
+	} else if g.unanswered++; g.unanswered < unansweredLimit {
+		return
+	}
 	if ok == !g.unreachable {
 		return
 	}
