@@ -631,7 +631,12 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 				own = id
 			}
 		}
-		leaseWins = cl.leaseID > own
+		// A newer lease wins; so does the same lease against a copy that
+		// was taken over from it without a lease of its own (a replica that
+		// wrongly found its coordinator dead): nothing was committed there
+		// since, so the holder's copy has all of it.
+		leaseWins = cl.leaseID > own ||
+			(cl.leaseID == own && own != 0 && (sl.m.role != pb.Role_ROLE_COORDINATOR || sl.m.currentProof() == nil))
 	}
 	ack, eff := sl.m.Replicate(from, r, leaseWins)
 	sl.mu.Unlock()
