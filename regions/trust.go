@@ -3,9 +3,9 @@ package regions
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
