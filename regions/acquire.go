@@ -50,6 +50,22 @@ func (s *Service) beginAcquire(c Coord, asCoordinator bool, nudger peer.ID) {
 type holder struct {
 	p    peer.ID
 	info *pb.InfoReply
+	// With a lease service: the lease ID of the grant proving the copy,
+	// and whether the holder holds that lease itself as coordinator
+	// (it can commit).
+	lease  uint64
+	leased bool
+}
+
+// weigh fills h's lease fields from its copy's grant.
+func (s *Service) weigh(c Coord, h *holder) {
+	if s.cfg.Proofs == nil || h.info == nil || len(h.info.Grant) == 0 {
+		return
+	}
+	if who, id, _, err := s.cfg.Proofs.CheckProof(c, h.info.Grant); err == nil {
+		h.lease = id
+		h.leased = who == h.p && h.info.Role == pb.Role_ROLE_COORDINATOR
+	}
 }
 
 // acquire makes this peer coordinator of c, believing itself the closest
@@ -81,6 +97,15 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 	if nudger != "" && nudger != self && !containsPeer(asked, nudger) {
 		asked = append(asked, nudger)
 	}
+	// The coordinators whose entries this peer's cache holds are asked
+	// too: one of them may still hold the region where a thin view put
+	// it, and a rebuild while it lives would make a second copy.
+	_, _, cachedEntries := s.cacheOf(c)
+	for _, se := range cachedEntries {
+		if p, err := peer.IDFromBytes(se.Author); err == nil && p != self && !containsPeer(asked, p) && s.alive(p) && len(asked) < acquireAsk+4 {
+			asked = append(asked, p)
+		}
+	}
 	holders := s.provenHolders(c, s.askInfo(ctx, c, asked))
 	for _, h := range holders {
 		if s.closer(c, h.p, self) && !h.info.SteppingAside {
@@ -93,6 +118,7 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 	own := sl.m.info()
 	sl.mu.Unlock()
 	best := holder{p: self, info: own}
+	s.weigh(c, &best)
 	if own.Role == pb.Role_ROLE_NONE {
 		best = holder{}
 	}
@@ -100,7 +126,8 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 		if h.info.Role == pb.Role_ROLE_NONE {
 			continue
 		}
-		if best.info == nil || fresher(h.info, best.info) {
+		s.weigh(c, &h)
+		if best.info == nil || fresher(h, best) {
 			best = h
 		}
 	}
@@ -152,9 +179,20 @@ func (s *Service) provenHolders(c Coord, holders []holder) []holder {
 	return out
 }
 
-// fresher orders holders: higher epoch, then longer log, then an active
+// fresher orders holders: with a lease service, newer lease, then the
+// lease's holder; then higher epoch, then longer log, then an active
 // coordinator over a replica.
-func fresher(a, b *pb.InfoReply) bool {
+func fresher(ha, hb holder) bool {
+	// The lease service decides who commits: a copy under a newer lease
+	// is fresher whatever the epochs, and of two under the same lease the
+	// one whose holder holds it (and so could commit) is.
+	if ha.lease != hb.lease {
+		return ha.lease > hb.lease
+	}
+	if ha.leased != hb.leased {
+		return ha.leased
+	}
+	a, b := ha.info, hb.info
 	if a.Epoch != b.Epoch {
 		return a.Epoch > b.Epoch
 	}
@@ -179,7 +217,7 @@ func (s *Service) askInfo(ctx context.Context, c Coord, peers []peer.ID) []holde
 			}
 			if info := reply.GetInfoReply(); info != nil {
 				mu.Lock()
-				out = append(out, holder{p, info})
+				out = append(out, holder{p: p, info: info})
 				mu.Unlock()
 			}
 		}()

@@ -602,7 +602,14 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 			return stale(), eff
 		}
 		if m.role == pb.Role_ROLE_COORDINATOR {
-			m.log.Warn("deposed by a newer coordinator's snapshot", "region", m.region, "epoch", m.epoch, "their_epoch", r.Epoch, "coordinator", from)
+			if leaseWins {
+				// The sender holds the lease this copy's was overtaken
+				// by: a second coordinator (a thin view at start, a false
+				// suspicion) heals; it could not commit.
+				m.log.Info("gave a region it held without a lease to the lease holder", "region", m.region, "epoch", m.epoch, "coordinator", from)
+			} else {
+				m.log.Warn("deposed by a newer coordinator's snapshot", "region", m.region, "epoch", m.epoch, "their_epoch", r.Epoch, "coordinator", from)
+			}
 			eff = m.stepDown(from)
 		}
 		m.load(r.Snapshot)

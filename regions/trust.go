@@ -1,10 +1,8 @@
 package regions
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -74,12 +72,6 @@ const (
 type newestLeases struct {
 	mu sync.Mutex
 	m  map[Coord]uint64
-}
-
-func (b *newestLeases) newest(c Coord) uint64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.m[c]
 }
 
 // see records id and reports whether it is not older than the newest known.
@@ -301,14 +293,4 @@ func (s *Service) verifySignedEntry(c Coord, se *pb.SignedEntry) string {
 // known, but may have ended (the copy outlives its coordinator's lease).
 func (s *Service) checkProofCopy(c Coord, proof []byte, holders ...peer.ID) (claim, string) {
 	return s.checkProof(c, proof, false, holders...)
-}
-
-// sameGrant reports whether two encoded grants are the same bytes.
-func sameGrant(a, b []byte) bool { return bytes.Equal(a, b) }
-
-func describeClaim(cl claim) string {
-	if cl.holder == "" {
-		return "no lease service"
-	}
-	return fmt.Sprintf("lease %d of %s", cl.leaseID, cl.holder.ShortString())
 }
