@@ -129,16 +129,17 @@ func (m *member) stop() {
 	m.n.Close()
 }
 
-// crash kills m as a crash does, not as a clean stop: it stops answering,
-// its links to every peer are cut and its connections dropped at once, and
-// nothing of it is closed, so no peer hears a goodbye. The test's cleanup
-// closes it.
+// crash kills m as a crash does, not as a clean stop: its region service
+// stops at once (a crashed process runs nothing more), its links to every
+// peer are cut and its connections dropped, and its node is not closed, so
+// no peer hears a goodbye. The test's cleanup closes it.
 func (cl *cluster) crash(t testing.TB, m *member) {
 	cl.mu.Lock()
 	m.up = false
 	cl.mu.Unlock()
 	h := m.n.Host()
 	h.RemoveStreamHandler(protocol.ID(ProtocolID))
+	m.svc.Close()
 	for _, p := range cl.mn.Peers() {
 		if p != h.ID() {
 			_ = cl.mn.UnlinkPeers(h.ID(), p)
@@ -149,10 +150,7 @@ func (cl *cluster) crash(t testing.TB, m *member) {
 			_ = cl.mn.DisconnectPeers(h.ID(), p)
 		}
 	}
-	t.Cleanup(func() {
-		m.svc.Close()
-		m.n.Close()
-	})
+	t.Cleanup(func() { m.n.Close() })
 }
 
 func (cl *cluster) close() {

@@ -233,6 +233,12 @@ func (m *machine) info() *pb.InfoReply {
 	if m.role == pb.Role_ROLE_REPLICA {
 		r.Coordinator = []byte(m.coordinator)
 	}
+	if m.role == pb.Role_ROLE_COORDINATOR {
+		r.Replica = []byte(m.replica)
+		if m.hasWantReplica {
+			r.Replica = []byte(m.wantReplica)
+		}
+	}
 	if m.role != pb.Role_ROLE_NONE {
 		r.Grant = m.proofOfCopy()
 	}
@@ -722,6 +728,19 @@ func (m *machine) giveAway() (eff effects) {
 	m.log.Info("handed region over", "region", m.region, "to", to, "epoch", m.epoch, "objects", len(m.objects))
 	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: grant}
 	return eff
+}
+
+// Dropped drops a replica's copy when its coordinator, asked, coordinates
+// at this copy's epoch or later with another replica: the retirement
+// never arrived. It reports whether it did.
+func (m *machine) Dropped(coord peer.ID, info *pb.InfoReply) bool {
+	if m.role != pb.Role_ROLE_REPLICA || coord != m.coordinator || info.Role != pb.Role_ROLE_COORDINATOR ||
+		info.Epoch < m.epoch || peer.ID(info.Replica) == m.self {
+		return false
+	}
+	m.log.Info("replica copy dropped: its coordinator replicates elsewhere", "region", m.region, "coordinator", coord, "epoch", m.epoch)
+	m.clear()
+	return true
 }
 
 // Retire drops a replica's copy when its coordinator no longer needs it.

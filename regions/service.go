@@ -83,6 +83,7 @@ type slot struct {
 	acquired  chan struct{}
 	source    peer.ID // hand-off source while the transfer runs
 	lastNudge time.Time
+	lastCheck time.Time // a replica's last check with its coordinator
 }
 
 // New starts the region service on n.
@@ -1101,6 +1102,19 @@ func (s *Service) maintain(c Coord, w wakeup) {
 		// that does not step aside.
 		if !s.alive(coord) || (nudged && s.eligible(c)) {
 			s.beginAcquire(c, false, w.nudger)
+			return
+		}
+		// Now and then a replica checks that its coordinator still
+		// replicates to it: a retirement can be lost, and an old copy
+		// kept would be taken over, stale, if the coordinator died.
+		sl.mu.Lock()
+		due := time.Since(sl.lastCheck) > replicaCheckEvery*s.cfg.MaintainEvery
+		if due {
+			sl.lastCheck = time.Now()
+		}
+		sl.mu.Unlock()
+		if due {
+			s.spawn(func() { s.checkReplicaCopy(c, sl, coord) })
 		}
 	default:
 		if nudged {
@@ -1109,6 +1123,22 @@ func (s *Service) maintain(c Coord, w wakeup) {
 			}
 		}
 	}
+}
+
+// replicaCheckEvery is how many maintenance periods pass between a
+// replica's checks that its coordinator still replicates to it.
+const replicaCheckEvery = 6
+
+func (s *Service) checkReplicaCopy(c Coord, sl *slot, coord peer.ID) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	reply, err := s.call(ctx, coord, c, &pb.Message{Body: &pb.Message_Info{Info: &pb.Info{}}})
+	if err != nil || reply.GetInfoReply() == nil {
+		return
+	}
+	sl.mu.Lock()
+	sl.m.Dropped(coord, reply.GetInfoReply())
+	sl.mu.Unlock()
 }
 
 // stepDownEmpty ends this peer's coordination of region c if a closer

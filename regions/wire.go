@@ -158,6 +158,9 @@ func validateMessage(m *pb.Message) error {
 		if b.InfoReply.Epoch > maxEpoch || len(b.InfoReply.Grant) > maxGrantLen {
 			return errors.New("info reply: epoch or grant out of bounds")
 		}
+		if err := validatePeerField("replica", b.InfoReply.Replica, true); err != nil {
+			return err
+		}
 		return validatePeerField("coordinator", b.InfoReply.Coordinator, true)
 	case *pb.Message_HandoffReply:
 		if b.HandoffReply.Ok && b.HandoffReply.Snapshot == nil {

@@ -928,7 +928,10 @@ type InfoReply struct {
 	// grant: the signed lease grant the copy was last committed under (the
 	// coordinator's own, or, at a replica, its coordinator's): a copy
 	// without one is not taken over (lease service in use).
-	Grant         []byte `protobuf:"bytes,6,opt,name=grant,proto3" json:"grant,omitempty"`
+	Grant []byte `protobuf:"bytes,6,opt,name=grant,proto3" json:"grant,omitempty"`
+	// replica: a coordinator's current replica, so that a peer holding an
+	// old copy it was never told to drop learns it is not the replica.
+	Replica       []byte `protobuf:"bytes,7,opt,name=replica,proto3" json:"replica,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1001,6 +1004,13 @@ func (x *InfoReply) GetSteppingAside() bool {
 func (x *InfoReply) GetGrant() []byte {
 	if x != nil {
 		return x.Grant
+	}
+	return nil
+}
+
+func (x *InfoReply) GetReplica() []byte {
+	if x != nil {
+		return x.Replica
 	}
 	return nil
 }
@@ -1938,14 +1948,15 @@ const file_region_proto_rawDesc = "" +
 	"\x05stale\x18\x04 \x01(\bR\x05stale\x12 \n" +
 	"\vcoordinator\x18\x05 \x01(\fR\vcoordinator\x12\x14\n" +
 	"\x05grant\x18\x06 \x01(\fR\x05grant\"\x06\n" +
-	"\x04Info\"\xc1\x01\n" +
+	"\x04Info\"\xdb\x01\n" +
 	"\tInfoReply\x12-\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x19.overworld.region.v1.RoleR\x04role\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12 \n" +
 	"\vcoordinator\x18\x04 \x01(\fR\vcoordinator\x12%\n" +
 	"\x0estepping_aside\x18\x05 \x01(\bR\rsteppingAside\x12\x14\n" +
-	"\x05grant\x18\x06 \x01(\fR\x05grant\"\t\n" +
+	"\x05grant\x18\x06 \x01(\fR\x05grant\x12\x18\n" +
+	"\areplica\x18\a \x01(\fR\areplica\"\t\n" +
 	"\aHandoff\"\xa1\x01\n" +
 	"\fHandoffReply\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x129\n" +
