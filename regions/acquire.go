@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
@@ -21,14 +22,12 @@ const (
 
 // startAcquire begins taking region c over unless that already runs or
 // this peer coordinates it.
-func (s *Service) startAcquire(c Coord) { s.beginAcquire(c, false) }
+func (s *Service) startAcquire(c Coord) { s.beginAcquire(c, false, "") }
 
-// startReclaim is startAcquire for a coordinator that learned another peer
-// holds its region too: acquire compares the copies and takes the fresher
-// one by hand-off (keeping its own if that is the freshest).
-func (s *Service) startReclaim(c Coord) { s.beginAcquire(c, true) }
-
-func (s *Service) beginAcquire(c Coord, asCoordinator bool) {
+// beginAcquire starts acquire; nudger, if set, is a peer that nudged this
+// one about the region, and is asked what it holds besides the closest
+// peers (it may hold a copy of the region far from where it belongs).
+func (s *Service) beginAcquire(c Coord, asCoordinator bool, nudger peer.ID) {
 	sl := s.slot(c)
 	sl.mu.Lock()
 	if sl.acquiring || (sl.m.role == pb.Role_ROLE_COORDINATOR && !asCoordinator) {
@@ -36,18 +35,37 @@ func (s *Service) beginAcquire(c Coord, asCoordinator bool) {
 		return
 	}
 	sl.acquiring = true
+	done := make(chan struct{})
+	sl.acquired = done
 	sl.mu.Unlock()
 	s.spawn(func() {
-		s.acquire(c, sl)
+		s.acquire(c, sl, nudger)
 		sl.mu.Lock()
 		sl.acquiring, sl.source = false, ""
 		sl.mu.Unlock()
+		close(done)
 	})
 }
 
 type holder struct {
 	p    peer.ID
 	info *pb.InfoReply
+	// With a lease service: the lease ID of the grant proving the copy,
+	// and whether the holder holds that lease itself as coordinator
+	// (it can commit).
+	lease  uint64
+	leased bool
+}
+
+// weigh fills h's lease fields from its copy's grant.
+func (s *Service) weigh(c Coord, h *holder) {
+	if s.cfg.Proofs == nil || h.info == nil || len(h.info.Grant) == 0 {
+		return
+	}
+	if who, id, _, err := s.cfg.Proofs.CheckProof(c, h.info.Grant); err == nil {
+		h.lease = id
+		h.leased = who == h.p && h.info.Role == pb.Role_ROLE_COORDINATOR
+	}
 }
 
 // acquire makes this peer coordinator of c, believing itself the closest
@@ -56,7 +74,7 @@ type holder struct {
 // freshest holder of the state is this peer's own replica copy (take
 // over); another peer holds it (hand-off from that peer); nobody holds it
 // (rebuild from the members' caches: a double failure, or a new region).
-func (s *Service) acquire(c Coord, sl *slot) {
+func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 	ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
 	defer cancel()
 	self := s.h.ID()
@@ -76,7 +94,19 @@ func (s *Service) acquire(c Coord, sl *slot) {
 			asked = append(asked, p)
 		}
 	}
-	holders := s.askInfo(ctx, c, asked)
+	if nudger != "" && nudger != self && !containsPeer(asked, nudger) {
+		asked = append(asked, nudger)
+	}
+	// The coordinators whose entries this peer's cache holds are asked
+	// too: one of them may still hold the region where a thin view put
+	// it, and a rebuild while it lives would make a second copy.
+	_, _, cachedEntries := s.cacheOf(c)
+	for _, se := range cachedEntries {
+		if p, err := peer.IDFromBytes(se.Author); err == nil && p != self && !containsPeer(asked, p) && s.alive(p) && len(asked) < acquireAsk+4 {
+			asked = append(asked, p)
+		}
+	}
+	holders := s.provenHolders(c, s.askInfo(ctx, c, asked))
 	for _, h := range holders {
 		if s.closer(c, h.p, self) && !h.info.SteppingAside {
 			s.log.Debug("a closer peer is alive; not taking the region", "region", c, "closer", h.p)
@@ -88,6 +118,7 @@ func (s *Service) acquire(c Coord, sl *slot) {
 	own := sl.m.info()
 	sl.mu.Unlock()
 	best := holder{p: self, info: own}
+	s.weigh(c, &best)
 	if own.Role == pb.Role_ROLE_NONE {
 		best = holder{}
 	}
@@ -95,7 +126,8 @@ func (s *Service) acquire(c Coord, sl *slot) {
 		if h.info.Role == pb.Role_ROLE_NONE {
 			continue
 		}
-		if best.info == nil || fresher(h.info, best.info) {
+		s.weigh(c, &h)
+		if best.info == nil || fresher(h, best) {
 			best = h
 		}
 	}
@@ -117,9 +149,50 @@ func (s *Service) acquire(c Coord, sl *slot) {
 	}
 }
 
-// fresher orders holders: higher epoch, then longer log, then an active
+// provenHolders drops the holders whose copy does not check out: with a
+// lease service, a copy with commits in it must come with a grant of the
+// region's lease not older than the newest known; without one, the peer
+// offering it must be placed. So no peer can make this one take its
+// made-up state over. A copy with nothing committed proves nothing and
+// risks nothing.
+func (s *Service) provenHolders(c Coord, holders []holder) []holder {
+	out := holders[:0]
+	for _, h := range holders {
+		if h.info.Role != pb.Role_ROLE_NONE && (h.info.Seq > 0 || h.info.Epoch > 0) {
+			reason := ""
+			if s.cfg.Proofs == nil {
+				if !s.placed(c, h.p) {
+					reason = refusedNotPlaced
+				}
+			} else if h.info.Seq > 0 {
+				// The grant is the proof; placement is not asked of a
+				// copy, which may sit where a thin view put it.
+				_, reason = s.checkProofCopy(c, h.info.Grant)
+			}
+			if reason != "" {
+				s.refuse(c, h.p, "holder's copy", refusedHolderUnproven+"/"+reason)
+				h.info = &pb.InfoReply{SteppingAside: h.info.SteppingAside}
+			}
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// fresher orders holders: with a lease service, newer lease, then the
+// lease's holder; then higher epoch, then longer log, then an active
 // coordinator over a replica.
-func fresher(a, b *pb.InfoReply) bool {
+func fresher(ha, hb holder) bool {
+	// The lease service decides who commits: a copy under a newer lease
+	// is fresher whatever the epochs, and of two under the same lease the
+	// one whose holder holds it (and so could commit) is.
+	if ha.lease != hb.lease {
+		return ha.lease > hb.lease
+	}
+	if ha.leased != hb.leased {
+		return ha.leased
+	}
+	a, b := ha.info, hb.info
 	if a.Epoch != b.Epoch {
 		return a.Epoch > b.Epoch
 	}
@@ -144,7 +217,7 @@ func (s *Service) askInfo(ctx context.Context, c Coord, peers []peer.ID) []holde
 			}
 			if info := reply.GetInfoReply(); info != nil {
 				mu.Lock()
-				out = append(out, holder{p, info})
+				out = append(out, holder{p: p, info: info})
 				mu.Unlock()
 			}
 		}()
@@ -183,8 +256,12 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 			return
 		}
 		if hr.Ok {
+			if reason := s.checkHandoff(c, src, hr); reason != "" {
+				s.refuse(c, src, "hand-off", refusedHolderUnproven+"/"+reason)
+				return
+			}
 			sl.mu.Lock()
-			eff := sl.m.Install(hr.Snapshot, src, true, time.Now())
+			eff := sl.m.Install(hr.Snapshot, src, true, hr.Grant, time.Now())
 			sl.mu.Unlock()
 			s.log.Info("took region over", "region", c, "from", src, "epoch", hr.Snapshot.Epoch, "objects", len(hr.Snapshot.Objects))
 			s.metrics.takeovers.WithLabelValues(takeoverTransfer).Inc()
@@ -202,6 +279,22 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		}
 		src = next
 	}
+}
+
+// checkHandoff checks a handed-over snapshot as provenHolders checks
+// copies; it returns a refusal reason, "" when it checks out.
+func (s *Service) checkHandoff(c Coord, src peer.ID, hr *pb.HandoffReply) string {
+	if s.cfg.Proofs == nil {
+		if !s.placed(c, src) {
+			return refusedNotPlaced
+		}
+		return ""
+	}
+	if hr.Snapshot.Seq == 0 && len(hr.Snapshot.Objects) == 0 {
+		return ""
+	}
+	_, reason := s.checkProofCopy(c, hr.Grant)
+	return reason
 }
 
 // serveHandoff answers a peer that wants to take region c over.
@@ -261,15 +354,10 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 			peers = append(peers, p)
 		}
 	}
-	type cacheAnswer struct {
-		epoch uint64
-		objs  []*pb.Object
-	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	answers := []cacheAnswer{}
-	epoch, own := s.cacheOf(c)
-	answers = append(answers, cacheAnswer{epoch, own})
+	_, _, own := s.cacheOf(c)
+	answers := [][]*pb.SignedEntry{own}
 	for _, p := range peers {
 		wg.Add(1)
 		go func() {
@@ -280,7 +368,7 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 			}
 			if cr := reply.GetCacheReply(); cr != nil {
 				mu.Lock()
-				answers = append(answers, cacheAnswer{cr.Epoch, cr.Objects})
+				answers = append(answers, cr.Entries)
 				mu.Unlock()
 			}
 		}()
@@ -289,18 +377,35 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 	if ctx.Err() != nil {
 		return
 	}
-	merged := map[string]*pb.Object{}
+	// Only entries signed by a coordinator with a grant that checks out
+	// count (trust.go): a member cannot make up objects or epochs. Each
+	// distinct signature is checked once; members mostly hold the same.
+	verdicts := map[string]bool{}
+	merged := map[string]*pb.SignedEntry{}
 	var maxEpoch uint64
 	sources := 0
 	for _, a := range answers {
-		maxEpoch = max(maxEpoch, a.epoch)
-		if len(a.objs) > 0 {
-			sources++
-		}
-		for _, o := range a.objs {
-			if cur := merged[o.Id]; cur == nil || o.Version > cur.Version {
-				merged[o.Id] = o
+		used := false
+		for _, se := range a {
+			ok, seen := verdicts[string(se.Signature)]
+			if !seen {
+				reason := s.verifySignedEntry(c, se)
+				if ok = reason == ""; !ok {
+					s.metrics.refused.WithLabelValues(refusedCacheUnproven).Inc()
+				}
+				verdicts[string(se.Signature)] = ok
 			}
+			if !ok {
+				continue
+			}
+			used = true
+			maxEpoch = max(maxEpoch, se.Epoch)
+			if cur := merged[se.Entry.Object.Id]; cur == nil || newerEntry(se, cur) {
+				merged[se.Entry.Object.Id] = se
+			}
+		}
+		if used {
+			sources++
 		}
 	}
 	ids := make([]string, 0, len(merged))
@@ -311,18 +416,27 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 	if len(ids) > MaxObjectsInRegion {
 		ids = ids[:MaxObjectsInRegion]
 	}
-	snap := &pb.Snapshot{Epoch: maxEpoch + 1}
+	snap := &pb.Snapshot{Epoch: maxEpoch + 1} // verified entries bound maxEpoch far below wrapping
 	for _, id := range ids {
-		o := merged[id]
+		o := proto.Clone(merged[id].Entry.Object).(*pb.Object)
 		o.LockHolder, o.LockExpiresMs = nil, 0
 		snap.Objects = append(snap.Objects, o)
+	}
+	// The copy is proven by the newest grant its objects were committed
+	// under, for whoever takes it over before this peer commits.
+	var grant []byte
+	var newest uint64
+	for _, id := range ids {
+		if se := merged[id]; se.Grant != nil && se.Entry.LeaseId >= newest {
+			grant, newest = se.Grant, se.Entry.LeaseId
+		}
 	}
 	sl.mu.Lock()
 	if sl.m.role != pb.Role_ROLE_NONE {
 		sl.mu.Unlock()
 		return // someone handed us the state meanwhile
 	}
-	eff := sl.m.Install(snap, "", false, time.Now())
+	eff := sl.m.Install(snap, "", false, grant, time.Now())
 	sl.mu.Unlock()
 	if maxEpoch == 0 && len(merged) == 0 {
 		s.log.Info("region created", "region", c, "asked", len(asked))

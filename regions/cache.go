@@ -21,6 +21,10 @@ type Object struct {
 	// LockHolder holds the object's lock until LockExpires (zero: unlocked).
 	LockHolder  peer.ID
 	LockExpires time.Time
+	// SingleCopy, on an update's answer: the coordinator acknowledged it
+	// with no replica holding it (none was reachable), so it is lost if
+	// the coordinator fails before a replica syncs.
+	SingleCopy bool
 }
 
 func objectFromPB(o *pb.Object) Object {
@@ -69,6 +73,9 @@ type regionTopic struct {
 	// The member cache: highest version of each object seen.
 	epoch uint64
 	cache map[string]*pb.Object
+	// signed holds, per object, the newest entry that came with its
+	// coordinator's signature and grant (events): what a rebuild takes.
+	signed map[string]*pb.SignedEntry
 }
 
 // EventTopic is the name of region c's event topic.
@@ -86,7 +93,12 @@ func (s *Service) joinTopicLocked(c Coord) (*regionTopic, error) {
 	if err := ps.RegisterTopicValidator(name, func(_ context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
 		ev, err := decodeEvent(m.Data)
 		if err != nil || ev.World != s.cfg.World || int(ev.X) != want.X || int(ev.Y) != want.Y {
+			s.metrics.refused.WithLabelValues(refusedBounds).Inc()
 			return pubsub.ValidationReject
+		}
+		author := m.GetFrom()
+		if verdict := s.checkEvent(want, author, ev); verdict != pubsub.ValidationAccept {
+			return verdict
 		}
 		m.ValidatorData = ev
 		return pubsub.ValidationAccept
@@ -98,7 +110,7 @@ func (s *Service) joinTopicLocked(c Coord) (*regionTopic, error) {
 		_ = ps.UnregisterTopicValidator(name)
 		return nil, err
 	}
-	rt := &regionTopic{topic: t, cache: map[string]*pb.Object{}}
+	rt := &regionTopic{topic: t, cache: map[string]*pb.Object{}, signed: map[string]*pb.SignedEntry{}}
 	s.topics[c] = rt
 	return rt, nil
 }
@@ -120,9 +132,49 @@ func (s *Service) closeTopics() {
 	s.topics = map[Coord]*regionTopic{}
 }
 
-// publish sends a committed batch to the region's members.
+// checkEvent decides whether an event on region c's topic comes from the
+// region's coordinator: its author (pubsub checked the author's signature)
+// is placed and, with a lease service, shows a grant of the region naming
+// it, current and not older than the newest known, under which every
+// entry was committed; and each entry carries the author's signature, so
+// members can keep it for rebuilds. A stale or lapsed grant may be an
+// honest coordinator's delayed event: ignored, not penalised.
+func (s *Service) checkEvent(c Coord, author peer.ID, ev *pb.Event) pubsub.ValidationResult {
+	if author == s.h.ID() {
+		return pubsub.ValidationAccept
+	}
+	reason := ""
+	if !s.placed(c, author) {
+		reason = refusedNotPlaced
+	} else if cl, r := s.checkProof(c, ev.Grant, true, author); r != "" {
+		reason = r
+	} else {
+		for i, e := range ev.Entries {
+			if (s.cfg.Proofs != nil && e.LeaseId > cl.leaseID) ||
+				!s.verifySig(author, entryDigest(s.cfg.World, c, ev.Epoch, e), ev.EntrySignatures[i]) {
+				reason = refusedEventForged
+				break
+			}
+		}
+	}
+	if reason == "" {
+		return pubsub.ValidationAccept
+	}
+	s.refuse(c, author, "event", reason)
+	if reason == refusedProofStale || reason == refusedProofExpired {
+		return pubsub.ValidationIgnore
+	}
+	return pubsub.ValidationReject
+}
+
+// publish sends a committed batch to the region's members, each entry
+// signed with this peer's key.
 func (s *Service) publish(c Coord, ev *pb.Event) {
 	ev.World, ev.X, ev.Y = s.cfg.World, int32(c.X), int32(c.Y)
+	ev.EntrySignatures = make([][]byte, len(ev.Entries))
+	for i, e := range ev.Entries {
+		ev.EntrySignatures[i] = s.sign(entryDigest(s.cfg.World, c, ev.Epoch, e))
+	}
 	s.topicMu.Lock()
 	if s.ctx.Err() != nil {
 		s.topicMu.Unlock()
@@ -136,8 +188,9 @@ func (s *Service) publish(c Coord, ev *pb.Event) {
 	}
 	const perEvent = 32 // keeps an event under the topic's size limit
 	for start := 0; start < len(ev.Entries); start += perEvent {
-		part := &pb.Event{World: ev.World, X: ev.X, Y: ev.Y, Epoch: ev.Epoch, LeaseId: ev.LeaseId,
-			Entries: ev.Entries[start:min(start+perEvent, len(ev.Entries))]}
+		end := min(start+perEvent, len(ev.Entries))
+		part := &pb.Event{World: ev.World, X: ev.X, Y: ev.Y, Epoch: ev.Epoch, LeaseId: ev.LeaseId, Grant: ev.Grant,
+			Entries: ev.Entries[start:end], EntrySignatures: ev.EntrySignatures[start:end]}
 		data, err := proto.Marshal(part)
 		if err != nil {
 			s.log.Warn("encode region event", "region", c, "err", err)
@@ -213,13 +266,27 @@ func (s *Service) readEvents(ctx context.Context, c Coord, sub *pubsub.Subscript
 		if !ok {
 			continue
 		}
-		s.absorb(c, ev.Epoch, ev.LeaseId, ev.Entries, true)
+		signed := make([]*pb.SignedEntry, len(ev.Entries))
+		for i, e := range ev.Entries {
+			signed[i] = &pb.SignedEntry{Epoch: ev.Epoch, Entry: e, Grant: ev.Grant, Author: []byte(msg.GetFrom()), Signature: ev.EntrySignatures[i]}
+		}
+		s.absorbSigned(c, ev.Epoch, ev.LeaseId, ev.Entries, signed)
 	}
 }
 
-// absorb updates the member cache with objects and, for events, hands
-// them to the subscribers.
+// absorb updates the member cache with objects a coordinator answered
+// (no signatures: they are for reading only, never for rebuilds).
 func (s *Service) absorb(c Coord, epoch, leaseID uint64, entries []*pb.Entry, deliver bool) {
+	s.absorbAll(c, epoch, leaseID, entries, nil, deliver)
+}
+
+// absorbSigned updates the member cache with an event's entries, keeping
+// each signed entry for rebuilds, and hands them to the subscribers.
+func (s *Service) absorbSigned(c Coord, epoch, leaseID uint64, entries []*pb.Entry, signed []*pb.SignedEntry) {
+	s.absorbAll(c, epoch, leaseID, entries, signed, true)
+}
+
+func (s *Service) absorbAll(c Coord, epoch, leaseID uint64, entries []*pb.Entry, signed []*pb.SignedEntry, deliver bool) {
 	s.topicMu.Lock()
 	defer s.topicMu.Unlock()
 	rt := s.topics[c]
@@ -228,9 +295,16 @@ func (s *Service) absorb(c Coord, epoch, leaseID uint64, entries []*pb.Entry, de
 	}
 	rt.epoch = max(rt.epoch, epoch)
 	up := Update{Region: c, Epoch: epoch, LeaseID: leaseID}
-	for _, e := range entries {
-		if cur := rt.cache[e.Object.Id]; cur == nil || e.Object.Version >= cur.Version {
+	for i, e := range entries {
+		if cur := rt.cache[e.Object.Id]; (cur == nil && len(rt.cache) < MaxObjectsInRegion) || (cur != nil && e.Object.Version >= cur.Version) {
 			rt.cache[e.Object.Id] = proto.Clone(e.Object).(*pb.Object)
+		}
+		if signed != nil {
+			if cur := rt.signed[e.Object.Id]; cur == nil || newerEntry(signed[i], cur) {
+				if cur != nil || len(rt.signed) < MaxObjectsInRegion {
+					rt.signed[e.Object.Id] = signed[i]
+				}
+			}
 		}
 		up.Objects = append(up.Objects, objectFromPB(e.Object))
 	}
@@ -245,25 +319,42 @@ func (s *Service) absorb(c Coord, epoch, leaseID uint64, entries []*pb.Entry, de
 	}
 }
 
-// cacheOf returns this member's cache of region c.
-func (s *Service) cacheOf(c Coord) (uint64, []*pb.Object) {
+// newerEntry orders two signed entries of one object: the later epoch,
+// then the higher version.
+func newerEntry(a, b *pb.SignedEntry) bool {
+	if a.Epoch != b.Epoch {
+		return a.Epoch > b.Epoch
+	}
+	return a.Entry.Object.Version >= b.Entry.Object.Version
+}
+
+// cacheOf returns this member's cache of region c: the objects, and the
+// signed entries a rebuild may take.
+func (s *Service) cacheOf(c Coord) (uint64, []*pb.Object, []*pb.SignedEntry) {
 	s.topicMu.Lock()
 	defer s.topicMu.Unlock()
 	rt := s.topics[c]
 	if rt == nil {
-		return 0, nil
+		return 0, nil, nil
 	}
 	out := make([]*pb.Object, 0, len(rt.cache))
 	for _, o := range rt.cache {
-		out = append(out, proto.Clone(o).(*pb.Object))
+		if len(out) < MaxObjectsInRegion {
+			out = append(out, proto.Clone(o).(*pb.Object))
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
-	return rt.epoch, out
+	signed := make([]*pb.SignedEntry, 0, len(rt.signed))
+	for _, se := range rt.signed {
+		signed = append(signed, proto.Clone(se).(*pb.SignedEntry))
+	}
+	sort.Slice(signed, func(i, j int) bool { return signed[i].Entry.Object.Id < signed[j].Entry.Object.Id })
+	return rt.epoch, out, signed
 }
 
 // Cached returns this member's cached copy of region c's objects.
 func (s *Service) Cached(c Coord) []Object {
-	_, objs := s.cacheOf(c)
+	_, objs, _ := s.cacheOf(c)
 	out := make([]Object, len(objs))
 	for i, o := range objs {
 		out[i] = objectFromPB(o)

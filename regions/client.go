@@ -131,6 +131,7 @@ func (cl *Client) update(ctx context.Context, c Coord, req *pb.Request, what str
 		return Object{}, fmt.Errorf("%s %q in region %s: %w", what, req.ObjectId, c, err)
 	}
 	obj := objectFromPB(r.Object)
+	obj.SingleCopy = r.SingleCopy
 	switch r.Status {
 	case pb.Status_STATUS_OK:
 		if req.Op == pb.Op_OP_INITIALIZE || req.Op == pb.Op_OP_READ_WRITE || req.Write {
@@ -159,6 +160,9 @@ func (s *Service) do(ctx context.Context, c Coord, req *pb.Request) (*pb.Reply, 
 		return nil, errOutside(c, s.cfg)
 	}
 	req.RequestId = newRequestID()
+	// Signed by the player, so that a peer forwarding it while it takes
+	// the region over cannot change whose request it is.
+	req.OriginSignature = s.sign(requestDigest(s.cfg.World, c, req))
 	var suspects []peer.ID
 	var target peer.ID
 	var lastErr error

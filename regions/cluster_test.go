@@ -12,6 +12,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -126,6 +127,30 @@ func (m *member) stop() {
 	m.up = false
 	m.svc.Close()
 	m.n.Close()
+}
+
+// crash kills m as a crash does, not as a clean stop: its region service
+// stops at once (a crashed process runs nothing more), its links to every
+// peer are cut and its connections dropped, and its node is not closed, so
+// no peer hears a goodbye. The test's cleanup closes it.
+func (cl *cluster) crash(t testing.TB, m *member) {
+	cl.mu.Lock()
+	m.up = false
+	cl.mu.Unlock()
+	h := m.n.Host()
+	h.RemoveStreamHandler(protocol.ID(ProtocolID))
+	m.svc.Close()
+	for _, p := range cl.mn.Peers() {
+		if p != h.ID() {
+			_ = cl.mn.UnlinkPeers(h.ID(), p)
+		}
+	}
+	for _, p := range cl.mn.Peers() {
+		if p != h.ID() {
+			_ = cl.mn.DisconnectPeers(h.ID(), p)
+		}
+	}
+	t.Cleanup(func() { m.n.Close() })
 }
 
 func (cl *cluster) close() {

@@ -29,6 +29,24 @@ type Eligibility interface {
 	Eligible(region Coord) bool
 }
 
+// LeaseProofs is an optional extension of a CommitGate whose lease service
+// signs its grants (regions/guard's lease gate over the account server).
+// With it, every role a peer claims in a region is checked offline: a
+// coordinator's replication, deposal, hand-off, copy and events are taken
+// only with a grant of the region's lease that names that coordinator and
+// is not older than the newest grant this peer knows of (lease IDs are
+// fencing tokens); see trust.go. Both methods must be cheap and must not
+// block.
+type LeaseProofs interface {
+	// Proof returns this peer's signed grant of region c's lease, valid
+	// now; nil when it holds none.
+	Proof(c Coord) []byte
+	// CheckProof verifies proof as a grant of region c's lease and returns
+	// whom it was granted to, under which lease ID, and when it ends on
+	// the lease service's clock.
+	CheckProof(c Coord, proof []byte) (holder peer.ID, leaseID uint64, expires time.Time, err error)
+}
+
 // Authorizer admits a remote peer to the region protocol by its login
 // token (the account server's signed token naming the peer ID).
 type Authorizer interface {
@@ -74,6 +92,10 @@ type Config struct {
 	Map func(Coord) []byte
 	// Gate is consulted before commits. Default AllowAll.
 	Gate CommitGate
+	// Proofs, if set, checks every role claim against the lease service's
+	// signed grants and supplies this peer's own (see LeaseProofs); it is
+	// usually the Gate too. Nil: roles are checked by placement alone.
+	Proofs LeaseProofs
 	// Authorizer checks the token of every remote peer. Default AllowAll.
 	Authorizer Authorizer
 	// Token returns this peer's own login token, sent with every message

@@ -70,4 +70,19 @@
 // no nudge itself, so a coordinator that lost its lease does not block its
 // region. A batch whose lease ended before the replica acknowledged it is
 // not confirmed (answered RETRY, not published).
+//
+// # Trust
+//
+// Every peer may be hostile (trust.go). A message that claims a role --
+// replication, a deposal, a copy offered while a region is taken over, a
+// hand-off, an event -- is taken only from a peer placed among the region's
+// closest in this peer's view and, with a lease service whose grants are
+// signed (Config.Proofs, regions/guard), one that shows a grant of the
+// region's lease naming it, not older than the newest known. Lease IDs
+// order coordinators before epochs: a newer lease deposes, an older one is
+// refused. Coordinators sign each entry they publish with their libp2p key
+// and members keep it with its grant, so a rebuild takes only real entries;
+// a forwarded request needs the player's signature. Refusals are counted
+// in overworld_region_refused_total{reason}. Without a lease service,
+// placement is the only check (see the README's security section).
 package regions

@@ -345,9 +345,15 @@ func testChurnUnderLoad(t *testing.T, cl *cluster) {
 			}
 		}
 		time.Sleep(100 * time.Millisecond) // load between the changes
-		m.stop()
-		t.Logf("stopped peer %d/%d (%s)", i+1, len(victims), role)
-		reach("stopping " + role)
+		how := "stopped"
+		if i%2 == 0 {
+			m.stop()
+		} else {
+			cl.crash(t, m) // no Close: links cut, no answers
+			how = "crashed"
+		}
+		t.Logf("%s peer %d/%d (%s)", how, i+1, len(victims), role)
+		reach(how + " " + role)
 		if i%2 == 1 {
 			continue
 		}

@@ -99,10 +99,10 @@ func FuzzMachineStep(f *testing.F) {
 			co.Submit(&pending{from: alice, req: b.Request, reply: func(*pb.Reply) {}}, now)
 			re.Submit(&pending{from: alice, req: b.Request, reply: func(*pb.Reply) {}}, now)
 		case *pb.Message_Replicate:
-			re.Replicate(peerA, b.Replicate)
-			co.Replicate(peerC, b.Replicate)
+			re.Replicate(peerA, b.Replicate, false)
+			co.Replicate(peerC, b.Replicate, false)
 		case *pb.Message_ReplicateAck:
-			co.ReplicaAck(peerB, b.ReplicateAck, now)
+			co.ReplicaAck(peerB, b.ReplicateAck, true, now)
 		}
 		if co.role == pb.Role_ROLE_COORDINATOR && co.seq < before {
 			t.Fatal("sequence went backwards")
@@ -158,7 +158,7 @@ func TestMalformedFramesGetErrorsAndChangeNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _ = st.Write(raw)
+		_, _ = st.Write(append(binary.AppendUvarint(nil, 0), raw...)) // an empty token frame first
 		_ = st.CloseWrite()
 		reply, err := readMessage(bufio.NewReader(st))
 		st.Close()

@@ -31,6 +31,7 @@ type machine struct {
 	region Coord
 	mapper func(Coord) []byte
 	gate   CommitGate
+	proofs LeaseProofs // nil without a lease service that signs
 	log    *slog.Logger
 
 	role        pb.Role
@@ -39,12 +40,28 @@ type machine struct {
 	objects     map[string]*pb.Object
 	done        doneLog
 	coordinator peer.ID // whom we replicate, as replica
+	// copyProof is the lease grant the copy was last committed (or, at a
+	// replica, replicated) under: what shows a peer taking the region over
+	// that the copy is real (InfoReply.grant, HandoffReply.grant).
+	copyProof []byte
 
 	// Coordinator side.
 	replica       peer.ID // "" when alone
 	replicaSynced bool
 	outstanding   bool   // a Replicate awaits the replica's ack
 	outSeq        uint64 // seq covered by the outstanding message
+	// alone: the transport found no replica candidate when last asked;
+	// until then a batch waits for a replica instead of being
+	// acknowledged with one copy.
+	alone bool
+	// wantReplica: a replica change asked for while a message was with
+	// the replica, applied when that message resolves (under a steady
+	// stream of writes one nearly always is).
+	wantReplica    peer.ID
+	hasWantReplica bool
+	// strikes counts the replica's answers in a row that neither
+	// acknowledged nor proved anything; at maxStrikes it is left out.
+	strikes       int
 	inflight      []answer
 	inflightEnts  []*pb.Entry
 	inflightLease uint64
@@ -89,6 +106,11 @@ type effects struct {
 	// needReplica: the machine is coordinator and has no replica; the
 	// transport should call SetReplica with the best live candidate.
 	needReplica bool
+	// exclude: a replica that kept answering without acknowledging or
+	// proving anything; the transport leaves it out as replica for a while.
+	exclude peer.ID
+	// singleCopy counts changes acknowledged with no replica holding them.
+	singleCopy int
 }
 
 func (e *effects) merge(o effects) {
@@ -108,14 +130,23 @@ func (e *effects) merge(o effects) {
 		e.handoff, e.handoffReply = o.handoff, o.handoffReply
 	}
 	e.needReplica = e.needReplica || o.needReplica
+	if o.exclude != "" {
+		e.exclude = o.exclude
+	}
+	e.singleCopy += o.singleCopy
 }
+
+// maxStrikes is how many answers in a row a replica may give that neither
+// acknowledge nor prove anything before it is left out: an honest replica
+// needs one (it asks for a snapshot), a liar or a staller never stops.
+const maxStrikes = 3
 
 // maxBatch bounds the requests evaluated into one replica round trip.
 const maxBatch = 64
 
-func newMachine(self peer.ID, region Coord, gate CommitGate, mapper func(Coord) []byte, log *slog.Logger) *machine {
+func newMachine(self peer.ID, region Coord, gate CommitGate, proofs LeaseProofs, mapper func(Coord) []byte, log *slog.Logger) *machine {
 	return &machine{
-		self: self, region: region, gate: gate, mapper: mapper, log: log,
+		self: self, region: region, gate: gate, proofs: proofs, mapper: mapper, log: log,
 		objects: map[string]*pb.Object{},
 		done:    newDoneLog(maxDone),
 	}
@@ -192,6 +223,7 @@ func (m *machine) clear() {
 	m.role = pb.Role_ROLE_NONE
 	m.coordinator, m.replica = "", ""
 	m.replicaSynced, m.outstanding = false, false
+	m.copyProof, m.alone, m.hasWantReplica, m.wantReplica, m.strikes = nil, false, false, "", 0
 	m.objects = map[string]*pb.Object{}
 	m.done = newDoneLog(maxDone)
 	m.inflight, m.inflightEnts = nil, nil
@@ -203,7 +235,36 @@ func (m *machine) info() *pb.InfoReply {
 	if m.role == pb.Role_ROLE_REPLICA {
 		r.Coordinator = []byte(m.coordinator)
 	}
+	if m.role == pb.Role_ROLE_COORDINATOR {
+		r.Replica = []byte(m.replica)
+		if m.hasWantReplica {
+			r.Replica = []byte(m.wantReplica)
+		}
+	}
+	if m.role != pb.Role_ROLE_NONE {
+		r.Grant = m.proofOfCopy()
+	}
 	return r
+}
+
+// currentProof is this peer's own grant of the region's lease valid now
+// (nil without a signing lease service, or without the lease).
+func (m *machine) currentProof() []byte {
+	if m.proofs == nil {
+		return nil
+	}
+	return m.proofs.Proof(m.region)
+}
+
+// proofOfCopy is what shows the copy real: the coordinator's own grant if
+// it has one now, else the grant the copy was last committed under.
+func (m *machine) proofOfCopy() []byte {
+	if m.role == pb.Role_ROLE_COORDINATOR {
+		if p := m.currentProof(); p != nil {
+			return p
+		}
+	}
+	return m.copyProof
 }
 
 func redirectReply(to peer.ID) *pb.Reply {
@@ -235,18 +296,39 @@ func (m *machine) pump(now time.Time) (eff effects) {
 		return eff
 	}
 	for !m.outstanding {
+		if m.hasWantReplica {
+			eff.merge(m.changeReplica())
+		}
 		if m.replica != "" && !m.replicaSynced {
-			m.outstanding, m.outSeq = true, m.seq
-			eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Snapshot: m.snapshot()}}
-			return eff
+			grant := m.currentProof()
+			if m.proofs == nil || grant != nil {
+				m.outstanding, m.outSeq = true, m.seq
+				eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Snapshot: m.snapshot(), Grant: grant}}
+				return eff
+			}
+			// A replica takes a snapshot only under a lease (the
+			// maintenance tick pumps again when it comes). Meanwhile
+			// reads are answered; writes are refused without a lease.
+			if len(m.inflightEnts) > 0 {
+				return eff
+			}
 		}
 		if len(m.inflightEnts) > 0 {
 			if m.replica == "" {
+				if !m.alone {
+					// Pick a replica before acknowledging with one copy.
+					eff.needReplica = true
+					return eff
+				}
 				eff.merge(m.commit())
 				continue
 			}
+			grant := m.currentProof()
+			if m.proofs != nil && grant == nil {
+				return eff // the lease ended since the batch was formed; commit answers it
+			}
 			m.outstanding, m.outSeq = true, m.seq
-			eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Entries: m.inflightEnts}}
+			eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Entries: m.inflightEnts, Grant: grant}}
 			return eff
 		}
 		eff.answers = append(eff.answers, m.inflight...)
@@ -377,14 +459,28 @@ func (m *machine) apply(e *pb.Entry) {
 func (m *machine) commit() (eff effects) {
 	eff.answers = m.inflight
 	if len(m.inflightEnts) > 0 {
-		if id, ok := m.gate.Allowed(m.region); !ok || id != m.inflightLease {
+		grant := m.currentProof()
+		if id, ok := m.gate.Allowed(m.region); !ok || id != m.inflightLease || (m.proofs != nil && grant == nil) {
 			m.log.Warn("lease ended before the replica acknowledged the batch; not confirming it",
 				"region", m.region, "lease", m.inflightLease, "entries", len(m.inflightEnts))
 			for i := range eff.answers {
 				eff.answers[i].r = &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: fmt.Sprintf("region %s: commit lease ended", m.region)}
 			}
 		} else {
-			eff.publish = &pb.Event{Epoch: m.epoch, LeaseId: m.inflightLease, Entries: m.inflightEnts}
+			if grant != nil {
+				m.copyProof = grant
+			}
+			eff.publish = &pb.Event{Epoch: m.epoch, LeaseId: m.inflightLease, Entries: m.inflightEnts, Grant: grant}
+			if m.replica == "" {
+				// Acknowledged with one copy: say so to the players and
+				// the operator (the transport counts singleCopy).
+				for i := range eff.answers {
+					if r := eff.answers[i].r; r.Status == pb.Status_STATUS_OK && r.Object != nil {
+						r.SingleCopy = true
+					}
+				}
+				eff.singleCopy = len(m.inflightEnts)
+			}
 		}
 	}
 	m.inflight, m.inflightEnts = nil, nil
@@ -392,18 +488,21 @@ func (m *machine) commit() (eff effects) {
 }
 
 // ReplicaAck handles the replica's answer to the outstanding message.
-func (m *machine) ReplicaAck(from peer.ID, a *pb.ReplicateAck, now time.Time) effects {
+// proven says whether a stale answer's claim of a newer coordinator checked
+// out (the transport verified its grant); an unproven one counts against
+// the replica like any answer that acknowledges nothing.
+func (m *machine) ReplicaAck(from peer.ID, a *pb.ReplicateAck, proven bool, now time.Time) effects {
 	if m.role != pb.Role_ROLE_COORDINATOR || !m.outstanding || from != m.replica {
 		return effects{}
 	}
 	m.outstanding = false
 	switch {
 	case a.Ok && a.Seq >= m.outSeq:
-		m.replicaSynced = true
+		m.replicaSynced, m.strikes = true, 0
 		eff := m.commit()
 		eff.merge(m.pump(now))
 		return eff
-	case a.Stale && a.Epoch >= m.epoch:
+	case a.Stale && proven && a.Epoch >= m.epoch:
 		next := peer.ID("")
 		if id, err := peer.IDFromBytes(a.Coordinator); err == nil {
 			next = id
@@ -412,6 +511,13 @@ func (m *machine) ReplicaAck(from peer.ID, a *pb.ReplicateAck, now time.Time) ef
 		return m.stepDown(next)
 	default:
 		m.replicaSynced = false
+		if m.strikes++; m.strikes >= maxStrikes {
+			m.log.Warn("replica answers without acknowledging anything; leaving it out", "region", m.region, "replica", from, "answers", m.strikes)
+			eff := effects{exclude: from, retire: []retirement{{to: from, epoch: m.epoch}}}
+			m.replica, m.strikes, m.alone = "", 0, false
+			eff.merge(m.pump(now))
+			return eff
+		}
 		return m.pump(now)
 	}
 }
@@ -427,25 +533,46 @@ func (m *machine) ReplicaFailed(failed, next peer.ID, now time.Time) effects {
 	return m.SetReplica(next, now)
 }
 
-// SetReplica makes p the replica; a new replica first gets a snapshot,
-// and the old one is told to retire.
+// SetReplica makes p the replica ("" for none: no candidate is
+// reachable); a new replica first gets a snapshot, and the old one is told
+// to retire. While a message is with the replica the change waits until
+// it resolves, and then happens before the next batch goes out.
 func (m *machine) SetReplica(p peer.ID, now time.Time) (eff effects) {
-	if m.role != pb.Role_ROLE_COORDINATOR || p == m.self || p == m.replica {
+	if m.role != pb.Role_ROLE_COORDINATOR || p == m.self {
 		return m.pump(now)
 	}
-	if m.outstanding {
-		return eff // decide again when the outstanding message resolves
+	if p == m.replica {
+		m.hasWantReplica, m.wantReplica = false, ""
+		if p == "" {
+			m.alone = true
+		}
+		return m.pump(now)
 	}
-	if m.replica != "" {
+	m.wantReplica, m.hasWantReplica = p, true
+	if m.outstanding {
+		return eff
+	}
+	return m.pump(now)
+}
+
+// changeReplica applies the replica change asked for; no message is with
+// the replica.
+func (m *machine) changeReplica() (eff effects) {
+	p := m.wantReplica
+	m.wantReplica, m.hasWantReplica = "", false
+	if m.replica != "" && m.replica != p {
 		eff.retire = append(eff.retire, retirement{to: m.replica, epoch: m.epoch})
 	}
 	if p == "" {
 		m.log.Warn("coordinating without a replica", "region", m.region, "epoch", m.epoch)
 	}
-	m.replica, m.replicaSynced = p, false
-	eff.merge(m.pump(now))
+	m.replica, m.replicaSynced, m.strikes, m.alone = p, false, 0, p == ""
 	return eff
 }
+
+// Kick moves the queue on after something outside the machine changed
+// (a lease proof arrived).
+func (m *machine) Kick(now time.Time) effects { return m.pump(now) }
 
 // stepDown ends this peer's coordination: everything not yet acknowledged
 // is answered with a redirect, and the state is dropped.
@@ -466,28 +593,46 @@ func (m *machine) stepDown(to peer.ID) (eff effects) {
 }
 
 // Replicate applies a coordinator's message as replica and returns the ack.
-func (m *machine) Replicate(from peer.ID, r *pb.Replicate) (*pb.ReplicateAck, effects) {
+// leaseWins says the sender replicates under a newer lease than the one
+// this peer's copy was committed under (the transport checked both
+// grants): then its snapshot is taken whatever the epochs, since the lease
+// service decides who commits and this copy's lease has ended.
+func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.ReplicateAck, effects) {
 	var eff effects
 	stale := func() *pb.ReplicateAck {
 		who := m.coordinator
 		if m.role == pb.Role_ROLE_COORDINATOR {
 			who = m.self
 		}
-		return &pb.ReplicateAck{Stale: true, Epoch: m.epoch, Coordinator: []byte(who)}
+		ack := &pb.ReplicateAck{Stale: true, Epoch: m.epoch, Coordinator: []byte(who), Grant: m.copyProof}
+		if m.role == pb.Role_ROLE_COORDINATOR {
+			ack.Grant = m.proofOfCopy()
+		}
+		return ack
 	}
 	if r.Snapshot != nil {
-		if m.role == pb.Role_ROLE_COORDINATOR && m.epoch >= r.Epoch {
+		if m.role == pb.Role_ROLE_COORDINATOR && m.epoch >= r.Epoch && !leaseWins {
 			return stale(), eff
 		}
-		if m.role == pb.Role_ROLE_REPLICA && m.epoch > r.Epoch {
+		if m.role == pb.Role_ROLE_REPLICA && m.epoch > r.Epoch && !leaseWins {
 			return stale(), eff
 		}
 		if m.role == pb.Role_ROLE_COORDINATOR {
-			m.log.Warn("deposed by a newer coordinator's snapshot", "region", m.region, "epoch", m.epoch, "their_epoch", r.Epoch, "coordinator", from)
+			if leaseWins {
+				// The sender holds the lease this copy's was overtaken
+				// by: a second coordinator (a thin view at start, a false
+				// suspicion) heals; it could not commit.
+				m.log.Info("gave a region it held without a lease to the lease holder", "region", m.region, "epoch", m.epoch, "coordinator", from)
+			} else {
+				m.log.Warn("deposed by a newer coordinator's snapshot", "region", m.region, "epoch", m.epoch, "their_epoch", r.Epoch, "coordinator", from)
+			}
 			eff = m.stepDown(from)
 		}
 		m.load(r.Snapshot)
 		m.role, m.coordinator = pb.Role_ROLE_REPLICA, from
+		if r.Grant != nil {
+			m.copyProof = r.Grant
+		}
 		return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
 	}
 	if m.epoch > r.Epoch || (m.epoch == r.Epoch && m.role == pb.Role_ROLE_COORDINATOR) {
@@ -505,30 +650,36 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate) (*pb.ReplicateAck, ef
 		}
 		m.apply(e)
 	}
+	if r.Grant != nil {
+		m.copyProof = r.Grant
+	}
 	return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
 }
 
 // TakeOver makes a replica whose coordinator is gone the coordinator, in a
 // new epoch; the transport then gives it a replica.
 func (m *machine) TakeOver(now time.Time) effects {
-	if m.role != pb.Role_ROLE_REPLICA {
+	if m.role != pb.Role_ROLE_REPLICA || m.epoch >= maxEpoch {
 		return effects{}
 	}
 	m.log.Info("taking over region", "region", m.region, "old_coordinator", m.coordinator, "epoch", m.epoch+1, "objects", len(m.objects))
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.epoch++
-	m.replica, m.replicaSynced, m.outstanding = "", false, false
+	m.replica, m.replicaSynced, m.outstanding, m.alone = "", false, false, false
 	eff := m.pump(now)
 	eff.needReplica = true
 	return eff
 }
 
 // Install makes this peer coordinator with s, received in a hand-off or
-// rebuilt from caches. replica already holds s when synced.
-func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, now time.Time) effects {
+// rebuilt from caches. replica already holds s when synced; grant is the
+// lease grant s was committed under (nil if unknown).
+func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []byte, now time.Time) effects {
 	m.load(s)
+	m.copyProof = grant
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
-	m.replica, m.replicaSynced, m.outstanding = replica, synced && replica != "", false
+	m.replica, m.replicaSynced, m.outstanding, m.alone = replica, synced && replica != "", false, false
+	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
 	eff := m.pump(now)
 	if replica == "" {
 		eff.needReplica = true
@@ -541,11 +692,14 @@ func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, now time
 func (m *machine) Handoff(to peer.ID, reply func(*pb.HandoffReply), now time.Time) effects {
 	switch {
 	case m.role == pb.Role_ROLE_REPLICA:
+		if m.epoch >= maxEpoch {
+			return effects{handoff: reply, handoffReply: &pb.HandoffReply{Error: "epoch at its bound"}}
+		}
 		// The coordinator is gone (the transport checked): pass our copy on.
 		m.epoch++
 		snap := m.snapshot()
 		m.coordinator = to
-		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap}}
+		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: m.copyProof}}
 	case m.role != pb.Role_ROLE_COORDINATOR:
 		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Error: "no state for region"}}
 	case m.handoffTo != "":
@@ -560,6 +714,11 @@ func (m *machine) Handoff(to peer.ID, reply func(*pb.HandoffReply), now time.Tim
 func (m *machine) giveAway() (eff effects) {
 	to, reply := m.handoffTo, m.handoffReply
 	m.handoffTo, m.handoffReply = "", nil
+	if m.epoch >= maxEpoch {
+		eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Error: "epoch at its bound"}
+		return eff
+	}
+	grant := m.proofOfCopy()
 	m.epoch++
 	snap := m.snapshot()
 	if m.replica != "" && m.replica != to {
@@ -572,9 +731,27 @@ func (m *machine) giveAway() (eff effects) {
 	m.queue = nil
 	m.role, m.coordinator = pb.Role_ROLE_REPLICA, to
 	m.replica, m.replicaSynced, m.outstanding = "", false, false
+	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
+	// The copy keeps the grant it was committed under until the new
+	// coordinator replicates under its own: it is what proves the copy to
+	// a peer that takes the region over meanwhile.
+	m.copyProof = grant
 	m.log.Info("handed region over", "region", m.region, "to", to, "epoch", m.epoch, "objects", len(m.objects))
-	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap}
+	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: grant}
 	return eff
+}
+
+// Dropped drops a replica's copy when its coordinator, asked, coordinates
+// at this copy's epoch or later with another replica: the retirement
+// never arrived. It reports whether it did.
+func (m *machine) Dropped(coord peer.ID, info *pb.InfoReply) bool {
+	if m.role != pb.Role_ROLE_REPLICA || coord != m.coordinator || info.Role != pb.Role_ROLE_COORDINATOR ||
+		info.Epoch < m.epoch || peer.ID(info.Replica) == m.self {
+		return false
+	}
+	m.log.Info("replica copy dropped: its coordinator replicates elsewhere", "region", m.region, "coordinator", coord, "epoch", m.epoch)
+	m.clear()
+	return true
 }
 
 // Retire drops a replica's copy when its coordinator no longer needs it.

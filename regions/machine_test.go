@@ -38,7 +38,7 @@ func testPeer(n byte) peer.ID {
 }
 
 func newTestMachine(self peer.ID) *machine {
-	return newMachine(self, Coord{1, 2}, AllowAll, nil, slog.New(slog.DiscardHandler))
+	return newMachine(self, Coord{1, 2}, AllowAll, nil, nil, slog.New(slog.DiscardHandler))
 }
 
 // replies collects the answers a machine gives.
@@ -82,8 +82,8 @@ func deliver(t *testing.T, co, re *machine, eff effects) effects {
 		if err := validateReplicate(eff.send.msg); err != nil {
 			t.Fatalf("machine produced an invalid message: %v", err)
 		}
-		ack, _ := re.Replicate(co.self, eff.send.msg)
-		eff = co.ReplicaAck(re.self, ack, t0)
+		ack, _ := re.Replicate(co.self, eff.send.msg, false)
+		eff = co.ReplicaAck(re.self, ack, true, t0)
 		all.merge(eff)
 	}
 	return all
@@ -246,11 +246,11 @@ func TestDeposedCoordinatorStopsCommitting(t *testing.T) {
 	re.SetReplica(peerC, t0)
 	var r replies
 	eff := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "1"), reply: r.to("a")}, t0)
-	ack, _ := re.Replicate(co.self, eff.send.msg)
+	ack, _ := re.Replicate(co.self, eff.send.msg, false)
 	if ack.Ok || !ack.Stale || ack.Epoch != 2 {
 		t.Fatalf("replica accepted an old epoch: %v", ack)
 	}
-	eff = co.ReplicaAck(re.self, ack, t0)
+	eff = co.ReplicaAck(re.self, ack, true, t0)
 	for _, a := range eff.answers {
 		a.reply(a.r)
 	}
@@ -296,7 +296,7 @@ func TestHandoffWaitsForTheBatchAndRetiresTheOldReplica(t *testing.T) {
 	}
 	// The new coordinator continues with the old one as replica.
 	nc := newTestMachine(peerC)
-	nc.Install(hr.Snapshot, peerA, true, t0)
+	nc.Install(hr.Snapshot, peerA, true, hr.Grant, t0)
 	eff = nc.Submit(&pending{from: bob, req: rw(3, "food", 1, "2"), reply: r.to("c")}, t0)
 	all = deliver(t, nc, co, eff)
 	for _, a := range all.answers {
@@ -340,25 +340,25 @@ func TestReplicaFailureResyncsTheNextOne(t *testing.T) {
 func TestReplicaRefusesGapsAndStrangers(t *testing.T) {
 	re := newTestMachine(peerB)
 	snap := &pb.Snapshot{Epoch: 3, Seq: 5}
-	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Snapshot: snap}); !ack.Ok {
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Snapshot: snap}, false); !ack.Ok {
 		t.Fatal(ack)
 	}
 	entry := func(seq uint64) *pb.Entry {
 		return &pb.Entry{Seq: seq, Object: &pb.Object{Id: "x", Version: seq}, Done: &pb.Done{RequestId: reqID(byte(seq))}}
 	}
-	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(7)}}); ack.Ok {
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(7)}}, false); ack.Ok {
 		t.Fatal("accepted a gap")
 	}
-	if ack, _ := re.Replicate(peerC, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}); ack.Ok {
+	if ack, _ := re.Replicate(peerC, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}, false); ack.Ok {
 		t.Fatal("accepted entries from a peer that is not its coordinator")
 	}
-	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 2, Entries: []*pb.Entry{entry(6)}}); ack.Ok || !ack.Stale {
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 2, Entries: []*pb.Entry{entry(6)}}, false); ack.Ok || !ack.Stale {
 		t.Fatal("accepted an older epoch")
 	}
-	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}); !ack.Ok || ack.Seq != 6 {
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}, false); !ack.Ok || ack.Seq != 6 {
 		t.Fatalf("refused the next entry: %v", ack)
 	}
-	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}); !ack.Ok || ack.Seq != 6 {
+	if ack, _ := re.Replicate(peerA, &pb.Replicate{Epoch: 3, Entries: []*pb.Entry{entry(6)}}, false); !ack.Ok || ack.Seq != 6 {
 		t.Fatalf("a resend was not acknowledged: %v", ack)
 	}
 	if fmt.Sprint(re.objects["x"].Version) != "6" {

@@ -20,8 +20,12 @@ type metrics struct {
 	denied    prometheus.Counter
 	takeovers *prometheus.CounterVec
 	replicas  prometheus.Counter
-	held      *prometheus.Desc
-	svc       *Service
+	// refused counts role claims and messages refused by reason (trust.go).
+	refused *prometheus.CounterVec
+	// singleCopy counts changes acknowledged with no replica holding them.
+	singleCopy prometheus.Counter
+	held       *prometheus.Desc
+	svc        *Service
 }
 
 // Takeover kinds, the label of overworld_region_takeovers_total.
@@ -55,6 +59,14 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 			Name: "overworld_region_replica_failures_total",
 			Help: "Replications that failed and made the coordinator choose another replica.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "overworld_region_refused_total",
+			Help: "Region messages and role claims refused, by reason (not_placed, proof_missing, proof_stale, deposal_unproven, holder_unproven, cache_unproven, origin_unproven, replica_excluded, event_forged, ...).",
+		}, []string{"reason"}),
+		singleCopy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "overworld_region_single_copy_commits_total",
+			Help: "Changes this coordinator acknowledged with no replica holding them (no replica reachable): lost if this peer fails before a replica syncs.",
+		}),
 		held: prometheus.NewDesc("overworld_regions_held",
 			"Regions this peer holds, by role.", []string{"role"}, nil),
 		svc: s,
@@ -62,7 +74,7 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	if err := node.RegisterShared(reg, m.requests, m.duration, m.denied, m.takeovers, m.replicas, heldCollector{m}); err != nil {
+	if err := node.RegisterShared(reg, m.requests, m.duration, m.denied, m.takeovers, m.replicas, m.refused, m.singleCopy, heldCollector{m}); err != nil {
 		return nil, err
 	}
 	return m, nil

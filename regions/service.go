@@ -51,11 +51,22 @@ type Service struct {
 	cand   []peer.ID // region peers known, refreshed by candidateLoop
 
 	liveMu sync.Mutex
-	dead   map[peer.ID]time.Time
+	dead   map[peer.ID]time.Time // bounded by maxDead, oldest evicted
+	// excluded: replicas left out after answering maxStrikes times without
+	// acknowledging or proving anything, until DeadFor passes (bounded by
+	// maxDead, oldest evicted).
+	excluded map[peer.ID]time.Time
+	// probed: when each suspect a request named was last probed, so that
+	// requests cannot make this peer probe one peer more than once per
+	// ProbeTimeout (bounded by maxDead).
+	probed map[peer.ID]time.Time
+
+	// leases: the newest lease ID known per region (trust.go).
+	leases newestLeases
 
 	reported map[Coord]Role // last roles told to OnRoleChange (maintainLoop only)
 
-	wake   chan Coord   // regions to look at now (nudges, deaths)
+	wake   chan wakeup  // regions to look at now (nudges, deaths)
 	downed chan peer.ID // peers whose last connection closed
 	notify *network.NotifyBundle
 	closed sync.Once
@@ -67,8 +78,12 @@ type slot struct {
 	mu        sync.Mutex
 	m         *machine
 	acquiring bool
+	// acquired is closed when the running acquisition ends: requests that
+	// reach this peer meanwhile wait for it instead of being sent away.
+	acquired  chan struct{}
 	source    peer.ID // hand-off source while the transfer runs
 	lastNudge time.Time
+	lastCheck time.Time // a replica's last check with its coordinator
 }
 
 // New starts the region service on n.
@@ -89,8 +104,10 @@ func New(n *node.Node, cfg Config) (*Service, error) {
 		slots:    map[Coord]*slot{},
 		topics:   map[Coord]*regionTopic{},
 		dead:     map[peer.ID]time.Time{},
+		excluded: map[peer.ID]time.Time{},
+		probed:   map[peer.ID]time.Time{},
 		reported: map[Coord]Role{},
-		wake:     make(chan Coord, 256),
+		wake:     make(chan wakeup, 256),
 		downed:   make(chan peer.ID, 256),
 	}
 	m, err := newMetrics(s, cfg.Registerer)
@@ -154,10 +171,19 @@ func (s *Service) slot(c Coord) *slot {
 	defer s.mu.Unlock()
 	sl := s.slots[c]
 	if sl == nil {
-		sl = &slot{m: newMachine(s.h.ID(), c, s.cfg.Gate, s.cfg.Map, s.log)}
+		sl = &slot{m: newMachine(s.h.ID(), c, s.cfg.Gate, s.cfg.Proofs, s.cfg.Map, s.log)}
 		s.slots[c] = sl
 	}
 	return sl
+}
+
+// existingSlot returns region c's slot if this peer has one. Messages that
+// only ask (info, requests, nudges, cache queries) use it, so that nobody
+// can make this peer keep state for every region of the world.
+func (s *Service) existingSlot(c Coord) *slot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slots[c]
 }
 
 func (s *Service) heldRegions() []Coord {
@@ -186,12 +212,60 @@ func (s *Service) markDead(p peer.ID) {
 	}
 	s.liveMu.Lock()
 	_, already := s.dead[p]
-	s.dead[p] = time.Now()
+	boundedPut(s.dead, p, time.Now())
 	s.liveMu.Unlock()
 	if !already {
 		s.log.Debug("peer unreachable", "peer", p)
 	}
 	s.n.DHT().RoutingTable().RemovePeer(p)
+}
+
+// maxDead bounds each per-peer liveness table (dead, excluded, probed).
+const maxDead = 1024
+
+// boundedPut sets m[p] = t, first evicting the oldest entry if m is full.
+func boundedPut(m map[peer.ID]time.Time, p peer.ID, t time.Time) {
+	if _, ok := m[p]; !ok && len(m) >= maxDead {
+		var oldest peer.ID
+		var at time.Time
+		for q, qt := range m {
+			if oldest == "" || qt.Before(at) {
+				oldest, at = q, qt
+			}
+		}
+		delete(m, oldest)
+	}
+	m[p] = t
+}
+
+// exclude leaves p out as replica for DeadFor.
+func (s *Service) exclude(c Coord, p peer.ID) {
+	s.liveMu.Lock()
+	boundedPut(s.excluded, p, time.Now())
+	s.liveMu.Unlock()
+	s.refuse(c, p, "replica answers", refusedReplicaExcluded)
+}
+
+func (s *Service) isExcluded(p peer.ID) bool {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	t, ok := s.excluded[p]
+	if ok && time.Since(t) > s.cfg.DeadFor {
+		delete(s.excluded, p)
+		return false
+	}
+	return ok
+}
+
+// replicaChoice is the best replica for region c in this peer's view: the
+// closest live peer but this one, leaving out excluded replicas and skip.
+func (s *Service) replicaChoice(c Coord, skip ...peer.ID) peer.ID {
+	for _, p := range s.placement(c, skip...) {
+		if p != s.h.ID() && !s.isExcluded(p) {
+			return p
+		}
+	}
+	return ""
 }
 
 // heard records a sign of life from p.
@@ -387,7 +461,7 @@ func (s *Service) probe(p peer.ID) bool {
 // --- transport --------------------------------------------------------------
 
 func (s *Service) envelope(c Coord, m *pb.Message) *pb.Message {
-	m.World, m.X, m.Y, m.Token = s.cfg.World, int32(c.X), int32(c.Y), s.cfg.Token()
+	m.World, m.X, m.Y = s.cfg.World, int32(c.X), int32(c.Y)
 	return m
 }
 
@@ -406,7 +480,7 @@ func (s *Service) call(ctx context.Context, p peer.ID, c Coord, m *pb.Message) (
 	}
 	stop := context.AfterFunc(ctx, func() { st.Reset() })
 	defer stop()
-	if err := writeMessage(st, s.envelope(c, m)); err != nil {
+	if err := writeRequest(st, s.cfg.Token(), s.envelope(c, m)); err != nil {
 		st.Reset()
 		return nil, fmt.Errorf("send to %s: %w", p, err)
 	}
@@ -440,11 +514,27 @@ func (s *Service) handleStream(st network.Stream) {
 	}
 }
 
-// serveFrame reads, checks and answers one message. Anything malformed
-// gets a BAD_REQUEST reply and changes nothing.
+// serveFrame reads, checks and answers one request: the sender's token
+// frame first, checked before the message frame is read (so a peer without
+// a valid token makes this peer read and hold at most a token's worth),
+// then the message. Anything malformed gets a BAD_REQUEST reply and changes
+// nothing.
 func (s *Service) serveFrame(from peer.ID, r *bufio.Reader) *pb.Message {
-	msg, err := readMessage(r)
+	tok, err := readFrame(r, MaxTokenSize)
+	if err == nil {
+		if err := s.cfg.Authorizer.Authorize(from, tok); err != nil {
+			s.metrics.denied.Inc()
+			return s.envelope(Coord{}, &pb.Message{Body: &pb.Message_Reply{Reply: &pb.Reply{
+				Status: pb.Status_STATUS_DENIED, Error: truncate(err.Error()),
+			}}})
+		}
+	}
+	var msg *pb.Message
+	if err == nil {
+		msg, err = readMessage(r)
+	}
 	if err != nil {
+		s.metrics.refused.WithLabelValues(refusedBounds).Inc()
 		return s.envelope(Coord{}, &pb.Message{Body: &pb.Message_Reply{Reply: &pb.Reply{
 			Status: pb.Status_STATUS_BAD_REQUEST, Error: truncate(err.Error()),
 		}}})
@@ -473,48 +563,40 @@ func (s *Service) serve(from peer.ID, msg *pb.Message) *pb.Message {
 	if !s.cfg.Contains(c) {
 		return s.envelope(c, badRequest(c, "region %s outside the %dx%d world", c, s.cfg.Width, s.cfg.Height))
 	}
-	if err := s.cfg.Authorizer.Authorize(from, msg.Token); err != nil {
-		s.metrics.denied.Inc()
-		return s.envelope(c, &pb.Message{Body: &pb.Message_Reply{Reply: &pb.Reply{
-			Status: pb.Status_STATUS_DENIED, Error: truncate(err.Error()),
-		}}})
-	}
 	s.heard(from)
 	var out *pb.Message
 	switch b := msg.Body.(type) {
 	case *pb.Message_Request:
 		out = &pb.Message{Body: &pb.Message_Reply{Reply: s.serveRequest(from, c, b.Request)}}
 	case *pb.Message_Replicate:
-		sl := s.slot(c)
-		sl.mu.Lock()
-		ack, eff := sl.m.Replicate(from, b.Replicate)
-		sl.mu.Unlock()
-		s.run(c, sl, eff)
-		out = &pb.Message{Body: &pb.Message_ReplicateAck{ReplicateAck: ack}}
+		out = &pb.Message{Body: &pb.Message_ReplicateAck{ReplicateAck: s.serveReplicate(from, c, b.Replicate)}}
 	case *pb.Message_Info:
-		sl := s.slot(c)
-		sl.mu.Lock()
-		info := sl.m.info()
-		sl.mu.Unlock()
+		info := &pb.InfoReply{}
+		if sl := s.existingSlot(c); sl != nil {
+			sl.mu.Lock()
+			info = sl.m.info()
+			sl.mu.Unlock()
+		}
 		info.SteppingAside = !s.eligible(c)
 		out = &pb.Message{Body: &pb.Message_InfoReply{InfoReply: info}}
 	case *pb.Message_Handoff:
 		out = &pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: s.serveHandoff(from, c)}}
 	case *pb.Message_Retire:
-		sl := s.slot(c)
-		sl.mu.Lock()
-		sl.m.Retire(from, b.Retire.Epoch)
-		sl.mu.Unlock()
+		if sl := s.existingSlot(c); sl != nil {
+			sl.mu.Lock()
+			sl.m.Retire(from, b.Retire.Epoch)
+			sl.mu.Unlock()
+		}
 		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
 	case *pb.Message_Nudge:
 		select {
-		case s.wake <- c:
+		case s.wake <- wakeup{c: c, nudged: true, nudger: from}:
 		default:
 		}
 		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
 	case *pb.Message_CacheQuery:
-		epoch, objs := s.cacheOf(c)
-		out = &pb.Message{Body: &pb.Message_CacheReply{CacheReply: &pb.CacheReply{Epoch: epoch, Objects: objs}}}
+		epoch, objs, signed := s.cacheOf(c)
+		out = &pb.Message{Body: &pb.Message_CacheReply{CacheReply: &pb.CacheReply{Epoch: epoch, Objects: objs, Entries: signed}}}
 	case *pb.Message_Ping:
 		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
 	default:
@@ -523,10 +605,59 @@ func (s *Service) serve(from peer.ID, msg *pb.Message) *pb.Message {
 	return s.envelope(c, out)
 }
 
+// serveReplicate answers a coordinator's replication. A message that
+// claims the coordinator's role for this peer's copy (a snapshot, or
+// entries from the coordinator it replicates) is taken only from a peer
+// that is placed and, with a lease service, shows a valid grant of the
+// region naming it (trust.go); the machine then orders it by epoch.
+func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.ReplicateAck {
+	cl, reason := s.verifyCoordinator(c, from, r.Grant)
+	if reason != "" {
+		s.refuse(c, from, "replication", reason)
+		ack := &pb.ReplicateAck{}
+		if sl := s.existingSlot(c); sl != nil {
+			sl.mu.Lock()
+			ack.Epoch = sl.m.epoch
+			sl.mu.Unlock()
+		}
+		return ack
+	}
+	sl := s.slot(c)
+	sl.mu.Lock()
+	leaseWins := false
+	if s.cfg.Proofs != nil && r.Snapshot != nil && sl.m.role != pb.Role_ROLE_NONE {
+		var own uint64
+		if g := sl.m.proofOfCopy(); g != nil {
+			if _, id, _, err := s.cfg.Proofs.CheckProof(c, g); err == nil {
+				own = id
+			}
+		}
+		// A newer lease wins; so does the same lease against a copy that
+		// was taken over from it without a lease of its own (a replica that
+		// wrongly found its coordinator dead): nothing was committed there
+		// since, so the holder's copy has all of it.
+		leaseWins = cl.leaseID > own ||
+			(cl.leaseID == own && own != 0 && (sl.m.role != pb.Role_ROLE_COORDINATOR || sl.m.currentProof() == nil))
+	}
+	ack, eff := sl.m.Replicate(from, r, leaseWins)
+	sl.mu.Unlock()
+	if leaseWins && ack.Ok {
+		s.log.Info("a coordinator under a newer lease took this peer's copy over", "region", c, "coordinator", from, "lease", cl.leaseID)
+	}
+	s.run(c, sl, eff)
+	return ack
+}
+
 // run carries out a machine's effects, outside the slot's lock.
 func (s *Service) run(c Coord, sl *slot, eff effects) {
 	for _, a := range eff.answers {
 		a.reply(a.r)
+	}
+	if eff.singleCopy > 0 {
+		s.metrics.singleCopy.Add(float64(eff.singleCopy))
+	}
+	if eff.exclude != "" {
+		s.exclude(c, eff.exclude)
 	}
 	if eff.handoff != nil {
 		eff.handoff(eff.handoffReply)
@@ -546,14 +677,7 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		s.spawn(func() { s.replicate(c, sl, out) })
 	}
 	if eff.needReplica {
-		order := s.placement(c)
-		next := peer.ID("")
-		if len(order) > 1 {
-			next = order[1]
-			if order[0] != s.h.ID() {
-				next = order[0]
-			}
-		}
+		next := s.replicaChoice(c)
 		sl.mu.Lock()
 		more := sl.m.SetReplica(next, time.Now())
 		sl.mu.Unlock()
@@ -579,34 +703,81 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 		s.log.Info("replica unreachable; choosing another", "region", c, "replica", out.to, "err", err)
 		s.metrics.replicas.Inc()
 		s.markDead(out.to)
-		next := peer.ID("")
-		for _, p := range s.placement(c, out.to) {
-			if p != s.h.ID() {
-				next = p
-				break
-			}
-		}
+		next := s.replicaChoice(c, out.to)
 		sl.mu.Lock()
 		eff = sl.m.ReplicaFailed(out.to, next, time.Now())
 		sl.mu.Unlock()
 		eff.retire = append(eff.retire, retirement{to: out.to, epoch: out.msg.Epoch})
 	} else {
+		proven := false
+		if ack.Stale {
+			proven = s.verifyDeposal(c, out, ack)
+		}
 		sl.mu.Lock()
-		eff = sl.m.ReplicaAck(out.to, ack, time.Now())
+		eff = sl.m.ReplicaAck(out.to, ack, proven, time.Now())
 		sl.mu.Unlock()
 	}
 	s.run(c, sl, eff)
+}
+
+// verifyDeposal checks a replica's answer that a newer coordinator exists.
+// With a lease service it must carry a grant of the region under a lease
+// newer than the one this coordinator replicated under: lease IDs are
+// fencing tokens, so this coordinator's lease is over. Without one, the
+// named coordinator must at least be placed.
+func (s *Service) verifyDeposal(c Coord, out *outbound, ack *pb.ReplicateAck) bool {
+	next, err := peer.IDFromBytes(ack.Coordinator)
+	reason := ""
+	switch {
+	case err != nil || next == s.h.ID():
+		reason = refusedDeposalUnproven
+	case !s.placed(c, next):
+		reason = refusedNotPlaced
+	case s.cfg.Proofs != nil:
+		// Any grant of the region newer than this coordinator's proves
+		// its lease over, whoever it names (the named coordinator may
+		// hold the copy without a lease of its own yet).
+		_, mine, _, merr := s.cfg.Proofs.CheckProof(c, out.msg.Grant)
+		cl, r := s.checkProofCopy(c, ack.Grant)
+		switch {
+		case r != "":
+			reason = r
+		case merr != nil || cl.leaseID <= mine:
+			reason = refusedDeposalUnproven
+		}
+	}
+	if reason != "" {
+		s.refuse(c, out.to, "deposal", reason)
+		return false
+	}
+	return true
 }
 
 // serveRequest answers a player's request for region c.
 func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) (reply *pb.Reply) {
 	start := time.Now()
 	defer func() { s.metrics.answered(req, reply, start) }()
+	return s.serveRequestOnce(from, c, req, false)
+}
+
+// serveRequestOnce is serveRequest; waited says it already waited for an
+// acquisition of the region to end.
+func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waited bool) *pb.Reply {
 	player := from
-	if req.Forwarded && len(req.Origin) > 0 {
-		player, _ = peer.IDFromBytes(req.Origin)
+	if req.Forwarded {
+		// A peer taking the region over forwards for the player; only the
+		// player's own signature says who that is.
+		origin, ok := s.verifyOrigin(c, req)
+		if !ok {
+			s.refuse(c, from, "forwarded request", refusedOriginUnproven)
+			return &pb.Reply{Status: pb.Status_STATUS_DENIED, Error: "forwarded request without the player's signature"}
+		}
+		player = origin
 	}
-	sl := s.slot(c)
+	sl := s.existingSlot(c)
+	if sl == nil {
+		return s.redirectOrAcquire(from, c, req, waited)
+	}
 	sl.mu.Lock()
 	switch sl.m.role {
 	case pb.Role_ROLE_COORDINATOR:
@@ -627,41 +798,94 @@ func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) (reply *p
 	case pb.Role_ROLE_REPLICA:
 		coord := sl.m.coordinator
 		sl.mu.Unlock()
-		if s.alive(coord) && (!suspected(req, coord) || s.probe(coord)) {
+		if s.alive(coord) && (!suspected(req, coord) || !s.probeDue(coord) || s.probe(coord)) {
 			return redirectReply(coord)
 		}
 		s.markDead(coord)
 		s.startAcquire(c)
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "replica taking over"}
 	}
-	acquiring, src := sl.acquiring, sl.source
+	acquiring, src, acquired := sl.acquiring, sl.source, sl.acquired
 	sl.mu.Unlock()
 	if acquiring {
 		if src != "" && !req.Forwarded {
-			// The transfer is running: the old coordinator still serves.
+			// The transfer is running: the old coordinator still serves
+			// until it hands the region over (then it sends the request
+			// back here, and it waits below).
 			fwd := proto.Clone(req).(*pb.Request)
 			fwd.Forwarded, fwd.Origin, fwd.Suspects = true, []byte(player), nil
 			reply, err := s.call(s.ctx, src, c, &pb.Message{Body: &pb.Message_Request{Request: fwd}})
-			if err == nil && reply.GetReply() != nil && reply.GetReply().Status != pb.Status_STATUS_REDIRECT {
+			if err == nil && reply.GetReply() != nil && reply.GetReply().Status != pb.Status_STATUS_REDIRECT &&
+				reply.GetReply().Status != pb.Status_STATUS_RETRY {
 				return reply.GetReply()
+			}
+		}
+		// Wait for the acquisition to end rather than send the player
+		// away to retry: it ends within a few round trips.
+		if !waited {
+			timer := time.NewTimer(s.cfg.RequestTimeout)
+			defer timer.Stop()
+			select {
+			case <-acquired:
+				return s.serveRequestOnce(from, c, req, true)
+			case <-timer.C:
+			case <-s.ctx.Done():
 			}
 		}
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "state transfer running"}
 	}
+	return s.redirectOrAcquire(from, c, req, waited)
+}
+
+// redirectOrAcquire answers a request for a region this peer does not
+// hold: it redirects to the coordinator in its view, or, being that peer,
+// takes the region over. The suspects the client names are probed only
+// if they would change that answer (the first two of the region's
+// placement), and each at most once per ProbeTimeout: a request cannot
+// make this peer dial strangers.
+func (s *Service) redirectOrAcquire(from peer.ID, c Coord, req *pb.Request, waited bool) *pb.Reply {
 	if req.Forwarded {
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "not coordinating"}
 	}
+	order := s.placement(c)
 	for _, b := range req.Suspects {
-		if p, err := peer.IDFromBytes(b); err == nil && s.alive(p) {
-			s.probe(p)
+		p, err := peer.IDFromBytes(b)
+		if err != nil || p == s.h.ID() || !s.alive(p) {
+			continue
+		}
+		if !containsPeer(order[:min(2, len(order))], p) {
+			s.metrics.refused.WithLabelValues(refusedSuspectNotPlaced).Inc()
+			continue
+		}
+		if !s.probeDue(p) {
+			continue
+		}
+		if !s.probe(p) {
+			order = s.placement(c)
 		}
 	}
-	order := s.placement(c)
 	if order[0] == s.h.ID() && s.n.CanCoordinate(order[0]) { // behind NAT and alone: wait for a reachable peer
 		s.startAcquire(c)
+		if !waited {
+			// Serve it once the region is taken over (or forward it while
+			// the state comes), rather than send the player away.
+			return s.serveRequestOnce(from, c, req, false)
+		}
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "taking the region over"}
 	}
 	return redirectReply(order[0])
+}
+
+// probeDue reports whether p may be probed for a request now, and records
+// that it is.
+func (s *Service) probeDue(p peer.ID) bool {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	if t, ok := s.probed[p]; ok && time.Since(t) < s.cfg.ProbeTimeout {
+		return false
+	}
+	boundedPut(s.probed, p, time.Now())
+	return true
 }
 
 func suspected(req *pb.Request, p peer.ID) bool {
@@ -749,7 +973,7 @@ func (s *Service) maintainLoop() {
 			return
 		case <-tick.C:
 			for _, c := range s.heldRegions() {
-				s.maintain(c, false)
+				s.maintain(c, wakeup{})
 			}
 			s.expireLocks()
 			s.reportRoles()
@@ -762,8 +986,8 @@ func (s *Service) maintainLoop() {
 			if ticks++; ticks%lonelyRefreshTicks == 0 && len(s.candidates()) < 3 {
 				s.n.DHT().RefreshRoutingTable()
 			}
-		case c := <-s.wake:
-			s.maintain(c, true)
+		case w := <-s.wake:
+			s.maintain(w.c, w)
 		case p := <-s.downed:
 			s.peerDown(p)
 		}
@@ -791,7 +1015,7 @@ func (s *Service) peerDown(p peer.ID) {
 		}
 		for _, c := range affected {
 			select {
-			case s.wake <- c:
+			case s.wake <- wakeup{c: c, nudged: true}:
 			default:
 			}
 		}
@@ -800,10 +1024,28 @@ func (s *Service) peerDown(p peer.ID) {
 
 // maintain checks this peer's role for region c against its view of the
 // live peers.
-func (s *Service) maintain(c Coord, nudged bool) {
-	sl := s.slot(c)
+// wakeup asks maintain to look at region c now (nudged: not on the
+// periodic check); nudger is the peer that nudged this one about it (""
+// after a death).
+type wakeup struct {
+	c      Coord
+	nudged bool
+	nudger peer.ID
+}
+
+func (s *Service) maintain(c Coord, w wakeup) {
+	nudged := w.nudged
+	sl := s.existingSlot(c)
+	if sl == nil {
+		// Nothing held: a nudge asks this peer to take the region if it
+		// is the closest (a slot is made only then).
+		if nudged && s.placement(c)[0] == s.h.ID() {
+			s.beginAcquire(c, false, w.nudger)
+		}
+		return
+	}
 	sl.mu.Lock()
-	role, coord, replica, outstanding, acquiring := sl.m.role, sl.m.coordinator, sl.m.replica, sl.m.outstanding, sl.acquiring
+	role, coord, replica, acquiring := sl.m.role, sl.m.coordinator, sl.m.replica, sl.acquiring
 	sl.mu.Unlock()
 	if acquiring {
 		return
@@ -812,6 +1054,9 @@ func (s *Service) maintain(c Coord, nudged bool) {
 	case pb.Role_ROLE_COORDINATOR:
 		order := s.placement(c)
 		if order[0] != s.h.ID() {
+			if s.stepDownEmpty(c, sl, order[0]) {
+				return
+			}
 			// A closer peer exists: it should take over (hand-off).
 			sl.mu.Lock()
 			due := time.Since(sl.lastNudge) > 4*s.cfg.MaintainEvery
@@ -834,34 +1079,90 @@ func (s *Service) maintain(c Coord, nudged bool) {
 			// heard of the newer epoch. acquire compares the copies and
 			// takes the fresher one back by hand-off.
 			s.log.Debug("nudged while coordinating; comparing copies", "region", c)
-			s.startReclaim(c)
+			s.beginAcquire(c, true, w.nudger)
 			return
 		}
-		desired := peer.ID("")
-		if len(order) > 1 {
-			desired = order[1]
+		// The replica follows placement (the machine applies a change
+		// between two messages to the replica, so a steady stream of
+		// writes does not keep an old one), and the queue moves on if it
+		// waited for this peer's lease proof.
+		desired := s.replicaChoice(c)
+		sl.mu.Lock()
+		var eff effects
+		if desired != replica {
+			eff = sl.m.SetReplica(desired, time.Now())
+		} else {
+			eff = sl.m.Kick(time.Now())
 		}
-		if desired != replica && !outstanding {
-			sl.mu.Lock()
-			eff := sl.m.SetReplica(desired, time.Now())
-			sl.mu.Unlock()
-			s.run(c, sl, eff)
-		}
+		sl.mu.Unlock()
+		s.run(c, sl, eff)
 	case pb.Role_ROLE_REPLICA:
 		// A nudge from the coordinator (which sees this peer closer, or
 		// steps aside) asks the replica to take the region over, unless
 		// this peer steps aside itself; acquire defers to a closer holder
 		// that does not step aside.
 		if !s.alive(coord) || (nudged && s.eligible(c)) {
-			s.startAcquire(c)
+			s.beginAcquire(c, false, w.nudger)
+			return
+		}
+		// Now and then a replica checks that its coordinator still
+		// replicates to it: a retirement can be lost, and an old copy
+		// kept would be taken over, stale, if the coordinator died.
+		sl.mu.Lock()
+		due := time.Since(sl.lastCheck) > replicaCheckEvery*s.cfg.MaintainEvery
+		if due {
+			sl.lastCheck = time.Now()
+		}
+		sl.mu.Unlock()
+		if due {
+			s.spawn(func() { s.checkReplicaCopy(c, sl, coord) })
 		}
 	default:
 		if nudged {
 			if order := s.placement(c); order[0] == s.h.ID() {
-				s.startAcquire(c)
+				s.beginAcquire(c, false, w.nudger)
 			}
 		}
 	}
+}
+
+// replicaCheckEvery is how many maintenance periods pass between a
+// replica's checks that its coordinator still replicates to it.
+const replicaCheckEvery = 6
+
+func (s *Service) checkReplicaCopy(c Coord, sl *slot, coord peer.ID) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	reply, err := s.call(ctx, coord, c, &pb.Message{Body: &pb.Message_Info{Info: &pb.Info{}}})
+	if err != nil || reply.GetInfoReply() == nil {
+		return
+	}
+	sl.mu.Lock()
+	sl.m.Dropped(coord, reply.GetInfoReply())
+	sl.mu.Unlock()
+}
+
+// stepDownEmpty ends this peer's coordination of region c if a closer
+// peer exists, nothing was ever committed here and the commit gate does
+// not let this peer commit: a peer whose view was thin when the region
+// was first asked for created it empty, and another peer coordinates it
+// under the lease. It has nothing to hand over, and would otherwise
+// stay a second coordinator that keeps asking for the lease.
+func (s *Service) stepDownEmpty(c Coord, sl *slot, closer peer.ID) bool {
+	if _, ok := s.cfg.Gate.Allowed(c); ok {
+		return false
+	}
+	sl.mu.Lock()
+	m := sl.m
+	if m.role != pb.Role_ROLE_COORDINATOR || m.seq != 0 || len(m.objects) != 0 || m.outstanding || len(m.inflight) != 0 {
+		sl.mu.Unlock()
+		return false
+	}
+	eff := m.stepDown(closer)
+	sl.mu.Unlock()
+	s.log.Debug("stepping down from an empty region another peer coordinates", "region", c, "closer", closer)
+	s.run(c, sl, eff)
+	return true
 }
 
 func (s *Service) nudge(p peer.ID, c Coord) {

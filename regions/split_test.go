@@ -2,42 +2,9 @@ package regions
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/libp2p/go-libp2p/core/peer"
 )
-
-// leaseBook stands in for the account server's leases: one holder per
-// region, taken by the first coordinator that asks, given up when the
-// holder stops coordinating (as regions/guard's gate does).
-type leaseBook struct {
-	mu     sync.Mutex
-	holder map[Coord]peer.ID
-}
-
-type bookGate struct {
-	book *leaseBook
-	self peer.ID
-}
-
-func (g bookGate) Allowed(c Coord) (uint64, bool) {
-	g.book.mu.Lock()
-	defer g.book.mu.Unlock()
-	if g.book.holder[c] == "" {
-		g.book.holder[c] = g.self
-	}
-	return 1, g.book.holder[c] == g.self
-}
-
-func (g bookGate) onRoleChange(c Coord, r Role) {
-	g.book.mu.Lock()
-	defer g.book.mu.Unlock()
-	if r != RoleCoordinator && g.book.holder[c] == g.self {
-		delete(g.book.holder, c)
-	}
-}
 
 // TestFalseSuspicionHeals: the replica wrongly finds the coordinator dead
 // and takes the region over in a newer epoch, with the region's lease. The
@@ -49,12 +16,9 @@ func (g bookGate) onRoleChange(c Coord, r Role) {
 func TestFalseSuspicionHeals(t *testing.T) {
 	cfg := testConfig(2, 2)
 	cfg.DeadFor = 2 * time.Second // the false suspicion fades quickly
-	book := &leaseBook{holder: map[Coord]peer.ID{}}
+	book := newTestLeases(cfg.World)
 	cl := newCluster(t, 0, time.Millisecond, cfg)
-	cl.adjust = func(cfg *Config, self peer.ID) {
-		g := bookGate{book: book, self: self}
-		cfg.Gate, cfg.OnRoleChange = g, g.onRoleChange
-	}
+	cl.adjust = book.install
 	for range 3 {
 		cl.add(t, nil)
 	}
@@ -74,9 +38,7 @@ func TestFalseSuspicionHeals(t *testing.T) {
 	// The lease passes to the replica (the old coordinator's ran out while
 	// it could not reach the lease service), and the replica suspects the
 	// old coordinator wrongly and takes over.
-	book.mu.Lock()
-	book.holder[c] = replica
-	book.mu.Unlock()
+	book.grant(c, replica)
 	b.svc.markDead(old)
 	b.svc.startAcquire(c)
 	waitUntil(t, 10*time.Second, "the replica to take the region over", func() bool {

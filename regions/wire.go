@@ -2,6 +2,7 @@ package regions
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,7 +43,9 @@ const (
 
 var errFrameTooLarge = errors.New("frame too large")
 
-// readFrame reads one length-prefixed frame of at most limit bytes.
+// readFrame reads one length-prefixed frame of at most limit bytes. The
+// buffer grows with what arrives, not with what the length announces: a
+// peer must send the bytes it makes this peer hold.
 func readFrame(r *bufio.Reader, limit int) ([]byte, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
@@ -51,11 +54,41 @@ func readFrame(r *bufio.Reader, limit int) ([]byte, error) {
 	if n > uint64(limit) {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", errFrameTooLarge, n, limit)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, fmt.Errorf("read frame body: %w", err)
+	buf := make([]byte, 0, min(n, frameChunk))
+	for uint64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			buf = append(buf, make([]byte, min(n-uint64(len(buf)), uint64(cap(buf))))...)[:len(buf)]
+		}
+		k, err := r.Read(buf[len(buf):min(uint64(cap(buf)), n)])
+		buf = buf[:len(buf)+k]
+		if err != nil && uint64(len(buf)) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("read frame body: %w", err)
+		}
 	}
 	return buf, nil
+}
+
+// frameChunk is the first allocation for a frame's body.
+const frameChunk = 64 << 10
+
+// writeRequest writes what the opener of a stream sends: its token frame,
+// then the message frame (the handler checks the token before it reads
+// the message).
+func writeRequest(w io.Writer, token []byte, m *pb.Message) error {
+	if len(token) > MaxTokenSize {
+		return fmt.Errorf("token of %d bytes: limit %d", len(token), MaxTokenSize)
+	}
+	var buf bytes.Buffer
+	buf.Write(binary.AppendUvarint(nil, uint64(len(token))))
+	buf.Write(token)
+	if err := writeMessage(&buf, m); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
 }
 
 func writeMessage(w io.Writer, m *pb.Message) error {
@@ -114,15 +147,27 @@ func validateMessage(m *pb.Message) error {
 	case *pb.Message_Replicate:
 		return validateReplicate(b.Replicate)
 	case *pb.Message_ReplicateAck:
+		if b.ReplicateAck.Epoch > maxEpoch || len(b.ReplicateAck.Grant) > maxGrantLen {
+			return errors.New("replicate ack: epoch or grant out of bounds")
+		}
 		return validatePeerField("coordinator", b.ReplicateAck.Coordinator, true)
 	case *pb.Message_InfoReply:
 		if _, ok := pb.Role_name[int32(b.InfoReply.Role)]; !ok {
 			return fmt.Errorf("info reply: unknown role %d", b.InfoReply.Role)
 		}
+		if b.InfoReply.Epoch > maxEpoch || len(b.InfoReply.Grant) > maxGrantLen {
+			return errors.New("info reply: epoch or grant out of bounds")
+		}
+		if err := validatePeerField("replica", b.InfoReply.Replica, true); err != nil {
+			return err
+		}
 		return validatePeerField("coordinator", b.InfoReply.Coordinator, true)
 	case *pb.Message_HandoffReply:
 		if b.HandoffReply.Ok && b.HandoffReply.Snapshot == nil {
 			return errors.New("handoff reply: ok without snapshot")
+		}
+		if len(b.HandoffReply.Grant) > maxGrantLen {
+			return errors.New("handoff reply: grant too long")
 		}
 		if len(b.HandoffReply.Error) > 512 {
 			return errors.New("handoff reply: error text too long")
@@ -132,6 +177,14 @@ func validateMessage(m *pb.Message) error {
 		}
 		return validatePeerField("redirect", b.HandoffReply.Redirect, true)
 	case *pb.Message_CacheReply:
+		if b.CacheReply.Epoch > maxEpoch || len(b.CacheReply.Entries) > MaxObjectsInRegion {
+			return errors.New("cache reply: epoch or entries out of bounds")
+		}
+		for i, se := range b.CacheReply.Entries {
+			if err := validateSignedEntry(se); err != nil {
+				return fmt.Errorf("cache reply entry %d: %w", i, err)
+			}
+		}
 		return validateObjects(b.CacheReply.Objects)
 	case *pb.Message_Ack:
 		if len(b.Ack.Error) > 512 {
@@ -189,6 +242,9 @@ func validateRequest(r *pb.Request) error {
 	if err := validatePeerField("origin", r.Origin, true); err != nil {
 		return err
 	}
+	if len(r.OriginSignature) > maxSignatureLen {
+		return fmt.Errorf("origin signature of %d bytes", len(r.OriginSignature))
+	}
 	if len(r.Value) > MaxValueSize {
 		return fmt.Errorf("value of %d bytes: limit %d", len(r.Value), MaxValueSize)
 	}
@@ -244,6 +300,9 @@ func validateObject(o *pb.Object) error {
 	if err := validateObjectID(o.Id); err != nil {
 		return err
 	}
+	if o.Version > maxVersion {
+		return fmt.Errorf("object %q: version %d over the bound", o.Id, o.Version)
+	}
 	if len(o.Value) > MaxValueSize {
 		return fmt.Errorf("object %q: value of %d bytes, limit %d", o.Id, len(o.Value), MaxValueSize)
 	}
@@ -280,6 +339,9 @@ func validateDone(d *pb.Done) error {
 func validateSnapshot(s *pb.Snapshot) error {
 	if s == nil {
 		return nil
+	}
+	if s.Epoch > maxEpoch {
+		return fmt.Errorf("snapshot: epoch %d over the bound", s.Epoch)
 	}
 	if err := validateObjects(s.Objects); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
@@ -320,8 +382,11 @@ func validateReplicate(r *pb.Replicate) error {
 	if r == nil {
 		return errors.New("empty replicate")
 	}
-	if r.Epoch == 0 {
-		return errors.New("replicate: epoch 0")
+	if r.Epoch == 0 || r.Epoch > maxEpoch {
+		return fmt.Errorf("replicate: epoch %d out of bounds", r.Epoch)
+	}
+	if len(r.Grant) > maxGrantLen {
+		return errors.New("replicate: grant too long")
 	}
 	if (r.Snapshot == nil) == (len(r.Entries) == 0) {
 		return errors.New("replicate: want either a snapshot or entries")
@@ -333,6 +398,26 @@ func validateReplicate(r *pb.Replicate) error {
 		return err
 	}
 	return validateEntries(r.Entries)
+}
+
+// maxGrantLen bounds an encoded lease grant (the lease service's
+// leases.MaxProofLen).
+const maxGrantLen = 512
+
+func validateSignedEntry(se *pb.SignedEntry) error {
+	if se == nil || se.Entry == nil {
+		return errors.New("empty signed entry")
+	}
+	if se.Epoch == 0 || se.Epoch > maxEpoch {
+		return fmt.Errorf("signed entry: epoch %d out of bounds", se.Epoch)
+	}
+	if len(se.Grant) > maxGrantLen || len(se.Signature) == 0 || len(se.Signature) > maxSignatureLen {
+		return errors.New("signed entry: grant or signature out of bounds")
+	}
+	if err := validatePeerField("author", se.Author, false); err != nil {
+		return err
+	}
+	return validateEntries([]*pb.Entry{se.Entry})
 }
 
 // decodeEvent decodes and validates a region event from the topic.
@@ -347,8 +432,16 @@ func decodeEvent(data []byte) (*pb.Event, error) {
 	if len(ev.World) == 0 || len(ev.World) > MaxWorldNameLen || ev.X < 0 || ev.Y < 0 {
 		return nil, errors.New("event: bad region name")
 	}
-	if ev.Epoch == 0 || len(ev.Entries) == 0 {
-		return nil, errors.New("event: no epoch or no entries")
+	if ev.Epoch == 0 || ev.Epoch > maxEpoch || len(ev.Entries) == 0 {
+		return nil, errors.New("event: epoch out of bounds or no entries")
+	}
+	if len(ev.Grant) > maxGrantLen || len(ev.EntrySignatures) != len(ev.Entries) {
+		return nil, errors.New("event: grant too long or entries not each signed")
+	}
+	for _, sig := range ev.EntrySignatures {
+		if len(sig) == 0 || len(sig) > maxSignatureLen {
+			return nil, errors.New("event: entry signature out of bounds")
+		}
 	}
 	if err := validateEntries(ev.Entries); err != nil {
 		return nil, fmt.Errorf("event: %w", err)

@@ -3,12 +3,17 @@ package accounts
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/overworld-p2p/overworld/bootstrap/leases"
 )
 
 // clientFrom is a client whose connections come from the loopback address
@@ -412,4 +417,63 @@ func TestBackoffs(t *testing.T) {
 	if b.Len() != 3 {
 		t.Fatalf("table of %d, limit 3", b.Len())
 	}
+}
+
+// TestAdversarialLeaseSquatting plays lease squatting: twelve logged-in
+// peers ask for one region's lease. The server grants it only to a peer
+// among the LeaseCandidates closest to the region's key; the others are
+// refused, counted, and the lease table does not change. The grant comes
+// with a proof signed by the token key that peers verify offline.
+func TestAdversarialLeaseSquatting(t *testing.T) {
+	forEachStore(t, func(t *testing.T, open func() *Store) {
+		store := open()
+		e := newTestEnv(t, store, func(c *Config) { c.LeaseCandidates = 3 })
+		ctx := context.Background()
+		region := leases.RegionLease("w", 4, 2)
+		key, _ := leases.PlacementKey(region)
+		type logged struct {
+			c  *Client
+			id peer.ID
+		}
+		var all []logged
+		var ids []string
+		for i := range 12 {
+			c, id := e.registerAndLogin(t, fmt.Sprintf("squatter%d", i))
+			all = append(all, logged{c, id})
+			ids = append(ids, string(id))
+		}
+		var far, near []logged
+		for _, p := range all {
+			if leases.Rank(key, string(p.id), ids) >= 3 {
+				far = append(far, p)
+			} else {
+				near = append(near, p)
+			}
+		}
+		before := store.counts(t)
+		for _, p := range far {
+			if _, err := p.c.AcquireLease(ctx, region); !errors.Is(err, leases.ErrNotEntitled) {
+				t.Fatalf("a peer ranked 3 or more acquired: %v", err)
+			}
+		}
+		if got := store.counts(t); fmt.Sprint(got) != fmt.Sprint(before) {
+			t.Fatalf("refused acquires changed the store: %v -> %v", before, got)
+		}
+		if got := e.refusals("POST /v1/leases/{region}/acquire", "lease_not_entitled"); got != float64(len(far)) {
+			t.Fatalf("refusals counted %v, want %d", got, len(far))
+		}
+		g, err := near[len(near)-1].c.AcquireLease(ctx, region)
+		if err != nil {
+			t.Fatalf("a peer among the 3 closest: %v", err)
+		}
+		p, err := leases.ParseProof(e.srv.PublicKey(), g.Proof)
+		if err != nil || p.Region != region || p.Holder != near[len(near)-1].id.String() || p.LeaseID != g.LeaseID {
+			t.Fatalf("grant proof: %+v %v", p, err)
+		}
+		// A lease name that is no region's is not placement-checked: it
+		// proves nothing to peers.
+		if _, err := far[0].c.AcquireLease(ctx, "2,3"); err != nil {
+			t.Fatalf("a non-region lease: %v", err)
+		}
+	})
 }

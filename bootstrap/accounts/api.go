@@ -91,11 +91,14 @@ type LeaseResponse struct {
 	LeaseID uint64 `json:"lease_id"`
 	Holder  string `json:"holder"`
 	TTLMS   int64  `json:"ttl_ms"`
+	// Proof is the grant signed with the server's key (leases.Proof),
+	// checked offline by peers with the token key.
+	Proof []byte `json:"proof,omitempty"`
 }
 
 // Grant converts the response for a lease holder.
 func (r LeaseResponse) Grant() leases.Grant {
-	return leases.Grant{Region: r.Region, LeaseID: r.LeaseID, Holder: r.Holder, TTL: time.Duration(r.TTLMS) * time.Millisecond}
+	return leases.Grant{Region: r.Region, LeaseID: r.LeaseID, Holder: r.Holder, TTL: time.Duration(r.TTLMS) * time.Millisecond, Proof: r.Proof}
 }
 
 // SessionInfo is one session in GET /v1/admin/sessions.
@@ -137,17 +140,18 @@ type ErrorBody struct {
 
 // Error codes of the API. Each maps to one HTTP status.
 const (
-	CodeBadRequest     = "bad_request"      // 400: malformed JSON or invalid field
-	CodeUnauthorized   = "unauthorized"     // 401: missing, garbage, expired or revoked token; wrong password
-	CodeDisabled       = "account_disabled" // 403
-	CodeForbidden      = "forbidden"        // 403: not admin
-	CodeNotFound       = "not_found"        // 404
-	CodeNameTaken      = "name_taken"       // 409
-	CodeConflict       = "conflict"         // 409: stale character version
-	CodeLeaseHeld      = "lease_held"       // 409
-	CodeLeaseLost      = "lease_lost"       // 409
-	CodeTooManyPeers   = "too_many_peers"   // 409: the account's peer cap
-	CodeTooLarge       = "body_too_large"   // 413
+	CodeBadRequest     = "bad_request"        // 400: malformed JSON or invalid field
+	CodeUnauthorized   = "unauthorized"       // 401: missing, garbage, expired or revoked token; wrong password
+	CodeDisabled       = "account_disabled"   // 403
+	CodeForbidden      = "forbidden"          // 403: not admin
+	CodeNotFound       = "not_found"          // 404
+	CodeNameTaken      = "name_taken"         // 409
+	CodeConflict       = "conflict"           // 409: stale character version
+	CodeLeaseHeld      = "lease_held"         // 409
+	CodeLeaseLost      = "lease_lost"         // 409
+	CodeNotEntitled    = "lease_not_entitled" // 403: not placed near the region
+	CodeTooManyPeers   = "too_many_peers"     // 409: the account's peer cap
+	CodeTooLarge       = "body_too_large"     // 413
 	CodeUnsupportedMT  = "unsupported_media_type"
 	CodeRateLimited    = "rate_limited" // 429
 	CodeInternal       = "internal"     // 500
@@ -155,7 +159,7 @@ const (
 )
 
 // Errors a Client returns, matched by errors.Is against the APIError's
-// code. Lease answers map to leases.ErrHeld and leases.ErrLost.
+// code. Lease answers map to leases.ErrHeld, ErrLost and ErrNotEntitled.
 var (
 	ErrBadRequest   = errors.New("bad request")
 	ErrUnauthorized = errors.New("unauthorized")
@@ -204,6 +208,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeLeaseHeld
 	case leases.ErrLost:
 		return e.Code == CodeLeaseLost
+	case leases.ErrNotEntitled:
+		return e.Code == CodeNotEntitled
 	}
 	return false
 }
@@ -215,7 +221,7 @@ func statusOf(code string) int {
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
-	case CodeDisabled, CodeForbidden:
+	case CodeDisabled, CodeForbidden, CodeNotEntitled:
 		return http.StatusForbidden
 	case CodeNotFound:
 		return http.StatusNotFound

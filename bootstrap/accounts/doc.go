@@ -59,7 +59,12 @@
 // leases.Holder on it and commits only while Holder.Valid says so. The
 // server applies the rules of package bootstrap/leases inside a database
 // transaction that locks the region's row, so lease IDs (fencing tokens)
-// grow by one per grant, never repeat, and survive restarts.
+// grow by one per grant, never repeat, and survive restarts. Every grant
+// answered carries a proof signed with the token key (leases.Proof), which
+// peers verify offline as they verify tokens. A region's lease is granted
+// only to a peer among the LeaseCandidates (default 8) closest to the
+// region's key of the peers holding live tokens (403 lease_not_entitled
+// otherwise, counted in refusals_total).
 //
 // # Abuse limits
 //

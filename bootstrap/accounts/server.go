@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,20 @@ type Config struct {
 	RefreshTTL time.Duration
 	// LeaseTTL is the coordinator lease lifetime. Default 10s.
 	LeaseTTL time.Duration
+	// LeaseCandidates is the placement check of lease acquires: a region's
+	// lease goes only to a peer among the LeaseCandidates peers closest to
+	// the region's key (XOR of SHA-256, as the region service places
+	// regions) among the peers that hold a live token now, so that a login
+	// cannot squat any region it likes. Default 8; negative turns the check
+	// off. Why 8: the server's set of logged-in peers is wider than any
+	// peer's placement view (players behind NAT log in but never
+	// coordinate; a crashed peer's token lives on for up to TokenTTL; a
+	// peer that just logged in is not in the routing tables yet), so the
+	// honest coordinator's rank among them is often above 0; 8 is the
+	// number of peers a region peer asks before it takes a region over, so
+	// a peer that may take over honestly is entitled while up to 7 closer
+	// logged-in peers are gone or cannot coordinate.
+	LeaseCandidates int
 	// Hash are the argon2id parameters for new password hashes; default
 	// DefaultHashParams. HashConcurrency bounds hashes in flight
 	// (default 2).
@@ -100,6 +115,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 10 * time.Second
+	}
+	if c.LeaseCandidates == 0 {
+		c.LeaseCandidates = 8
 	}
 	if c.Hash == (HashParams{}) {
 		c.Hash = DefaultHashParams
@@ -184,7 +202,18 @@ type Server struct {
 	metrics   *metrics
 	handler   http.Handler
 	ready     atomic.Bool
+	live      livePeers
 }
+
+// livePeers caches the peers with live tokens for lease placement checks,
+// read from the store at most once per livePeersTTL.
+type livePeers struct {
+	mu    sync.Mutex
+	at    time.Time
+	peers []string // binary peer IDs
+}
+
+const livePeersTTL = time.Second
 
 // New builds a server on store. The store stays the caller's to close.
 func New(cfg Config, store *Store) (*Server, error) {
@@ -996,6 +1025,12 @@ func (s *Server) leaseOp(w http.ResponseWriter, r *http.Request, op string, with
 	}
 	holder := c.claims.Peer.String()
 	now := s.now()
+	if op == "acquire" {
+		if err := s.entitled(r.Context(), region, c.claims.Peer, now); err != nil {
+			s.metrics.leaseOps.WithLabelValues(op, "not_entitled").Inc()
+			return err
+		}
+	}
 	var changed bool
 	rec, err := s.store.UpdateLease(r.Context(), region, func(rec leases.Record) (leases.Record, bool, error) {
 		next, ch, ruleErr := rule(rec, holder, req.LeaseID, now)
@@ -1027,8 +1062,55 @@ func (s *Server) leaseOp(w http.ResponseWriter, r *http.Request, op string, with
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	writeJSON(w, http.StatusOK, LeaseResponse{Region: region, LeaseID: rec.LeaseID, Holder: rec.Holder, TTLMS: s.cfg.LeaseTTL.Milliseconds()})
+	proof, err := leases.SignProof(s.cfg.Key, leases.Proof{Region: region, Holder: rec.Holder, LeaseID: rec.LeaseID, Expires: rec.Expires})
+	if err != nil {
+		return internalErr(err)
+	}
+	writeJSON(w, http.StatusOK, LeaseResponse{Region: region, LeaseID: rec.LeaseID, Holder: rec.Holder, TTLMS: s.cfg.LeaseTTL.Milliseconds(), Proof: proof})
 	return nil
+}
+
+// entitled checks that holder may acquire a region's lease: it is among
+// the LeaseCandidates closest of the peers with live tokens (see
+// Config.LeaseCandidates). A lease name that names no region
+// (leases.PlacementKey) is not checked: peers take a region's
+// coordinator only on a proof of that region's lease name, so such a
+// lease proves nothing to them.
+func (s *Server) entitled(ctx context.Context, region string, holder peer.ID, now time.Time) error {
+	key, ok := leases.PlacementKey(region)
+	if !ok || s.cfg.LeaseCandidates < 0 {
+		return nil
+	}
+	peers, err := s.livePeerIDs(ctx, now)
+	if err != nil {
+		return internalErr(err)
+	}
+	if rank := leases.Rank(key, string(holder), peers); rank >= s.cfg.LeaseCandidates {
+		s.log.Info("lease refused: peer not placed near the region", "region", region, "peer", holder, "rank", rank, "limit", s.cfg.LeaseCandidates)
+		return refused("lease_not_entitled", CodeNotEntitled,
+			"region %s: %d logged-in peers are closer to it than this peer (limit %d)", region, rank, s.cfg.LeaseCandidates)
+	}
+	return nil
+}
+
+func (s *Server) livePeerIDs(ctx context.Context, now time.Time) ([]string, error) {
+	s.live.mu.Lock()
+	defer s.live.mu.Unlock()
+	if s.live.peers != nil && now.Sub(s.live.at) < livePeersTTL && !now.Before(s.live.at) {
+		return s.live.peers, nil
+	}
+	list, err := s.store.LivePeers(ctx, now.Add(-s.cfg.TokenTTL))
+	if err != nil {
+		return nil, err
+	}
+	peers := make([]string, 0, len(list))
+	for _, p := range list {
+		if id, err := peer.Decode(p); err == nil {
+			peers = append(peers, string(id))
+		}
+	}
+	s.live.at, s.live.peers = now, peers
+	return peers, nil
 }
 
 func (s *Server) handleLeaseAcquire(w http.ResponseWriter, r *http.Request) error {

@@ -152,6 +152,13 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
+	// One connection: SQLite has one writer anyway, and writers waiting
+	// in its busy handler poll with growing sleeps, so under many
+	// concurrent lease and save transactions on a loaded machine some
+	// waited seconds and their callers timed out (the demo's "lease
+	// service unreachable"). Go's pool hands the connection over in
+	// order, at once.
+	db.SetMaxOpenConns(1)
 	s := &Store{db: db, dialect: sqliteDialect}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()

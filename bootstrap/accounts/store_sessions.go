@@ -43,6 +43,29 @@ func (s *Store) CreateSessionCapped(ctx context.Context, ss Session, liveSince t
 	return nil
 }
 
+// LivePeers returns the peer IDs (as stored: peer.ID.String()) of the
+// sessions not revoked that were issued a token since liveSince: the peers
+// that can show a valid token now.
+func (s *Store) LivePeers(ctx context.Context, liveSince time.Time) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT DISTINCT peer_id FROM sessions WHERE refreshed_us > ? AND revoked_us = 0`), micros(liveSince))
+	if err != nil {
+		return nil, fmt.Errorf("live peers: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			return nil, fmt.Errorf("live peers: %w", err)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("live peers: %w", err)
+	}
+	return out, nil
+}
+
 // KnownSource reports whether the account has a session (still stored)
 // that was created by a login from source: a place its owner has logged in
 // from before.

@@ -53,6 +53,9 @@ type Status struct {
 	// ValidUntil is the local time after which the lease no longer
 	// counts (zero when not held).
 	ValidUntil time.Time
+	// Proof is the lease service's signed grant of the current lease as
+	// last renewed (nil when not held or not signed).
+	Proof []byte
 }
 
 // Holder keeps a lease on one region for as long as Run runs. Use Valid
@@ -65,6 +68,7 @@ type Holder struct {
 	leaseID    uint64
 	validUntil time.Time // zero: not held
 	ttl        time.Duration
+	proof      []byte
 }
 
 // NewHolder checks cfg and returns a holder; call Run to start it.
@@ -99,6 +103,17 @@ func (h *Holder) Valid(now time.Time) (leaseID uint64, ok bool) {
 	return h.leaseID, true
 }
 
+// Proof returns the signed grant of the lease valid at now, nil when no
+// lease is (or the service does not sign).
+func (h *Holder) Proof(now time.Time) []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.leaseID == 0 || !now.Before(h.validUntil) {
+		return nil
+	}
+	return h.proof
+}
+
 // Status returns the holder's current view of its lease.
 func (h *Holder) Status() Status {
 	h.mu.Lock()
@@ -110,7 +125,7 @@ func (h *Holder) statusLocked() Status {
 	if h.leaseID == 0 {
 		return Status{Region: h.cfg.Region}
 	}
-	return Status{Region: h.cfg.Region, Held: true, LeaseID: h.leaseID, ValidUntil: h.validUntil}
+	return Status{Region: h.cfg.Region, Held: true, LeaseID: h.leaseID, ValidUntil: h.validUntil, Proof: h.proof}
 }
 
 // durations derived from the granted TTL.
@@ -147,6 +162,7 @@ func (h *Holder) granted(g Grant, sentAt time.Time) {
 	changed := g.LeaseID != h.leaseID
 	h.leaseID = g.LeaseID
 	h.ttl = g.TTL
+	h.proof = g.Proof
 	h.validUntil = sentAt.Add(g.TTL - h.margin(g.TTL))
 	st := h.statusLocked()
 	h.mu.Unlock()
@@ -162,6 +178,7 @@ func (h *Holder) drop(reason string) {
 	had := h.leaseID
 	h.leaseID = 0
 	h.validUntil = time.Time{}
+	h.proof = nil
 	st := h.statusLocked()
 	h.mu.Unlock()
 	if had != 0 {
@@ -209,8 +226,8 @@ func (h *Holder) step(ctx context.Context) time.Duration {
 	if !st.Held {
 		g, err := h.cfg.Client.AcquireLease(reqCtx, h.cfg.Region)
 		if err != nil {
-			if errors.Is(err, ErrHeld) {
-				h.log.Debug("lease held elsewhere", "err", err)
+			if errors.Is(err, ErrHeld) || errors.Is(err, ErrNotEntitled) {
+				h.log.Debug("lease not granted", "err", err)
 			} else if ctx.Err() == nil {
 				h.log.Warn("lease acquire failed", "err", err)
 			}

@@ -30,6 +30,12 @@
 //     before the server would give the lease to someone else (assuming the
 //     two clocks run at rates that differ by less than the margin).
 //
+// The service signs every grant it answers (Proof, proof.go) with the
+// account server's token key, so peers check offline who holds a region's
+// lease under which ID; it grants a region lease only to a peer placed
+// near the region among the peers logged in (Rank; see
+// accounts.Config.LeaseCandidates).
+//
 // Lease IDs are fencing tokens: they increase by one with every new grant of
 // a region and never repeat, also across restarts (they are stored). A
 // renewal keeps the ID. Coordinators should stamp committed updates with the
@@ -52,6 +58,10 @@ var (
 	// expired, was released, or another holder has the region now). The
 	// caller must stop committing and acquire a new lease.
 	ErrLost = errors.New("lease lost")
+	// ErrNotEntitled: the service does not let this holder have the
+	// region's lease (it is not placed near the region); retrying soon
+	// will not help.
+	ErrNotEntitled = errors.New("not entitled to the lease")
 	// ErrInvalid: a malformed region name, holder or TTL.
 	ErrInvalid = errors.New("invalid lease request")
 )
@@ -65,6 +75,9 @@ type Grant struct {
 	// stays valid on the server. It is a duration, not a time, so that
 	// the holder never has to compare clocks with the server.
 	TTL time.Duration
+	// Proof is the grant signed by the lease service (see Proof), which
+	// the holder shows peers; nil from a service that does not sign.
+	Proof []byte
 }
 
 // Record is the stored state of one region's lease.

@@ -12,10 +12,14 @@
 //     Valid(now), so a coordinator commits only while it holds the lease.
 //     The gate also implements regions.Eligibility: a peer that holds no
 //     valid lease on a region while it cannot reach the lease service
-//     (its last call got no answer) is not eligible to coordinate it, so the
+//     (its last two calls got no answer) is not eligible to coordinate it, so the
 //     service ranks itself last and the region moves to a peer that can
 //     commit. While unreachable the gate probes the service with a renewal
-//     that cannot succeed (lease ID 0) until an answer comes back.
+//     that cannot succeed (lease ID 0) until an answer comes back. The gate
+//     is also the region service's regions.LeaseProofs: it shows the lease
+//     service's signed grant of each lease it holds and checks other
+//     coordinators' grants offline with the account server's key; a peer
+//     the service refuses as not placed near a region steps aside from it.
 //   - TokenAuthorizer, the regions.Authorizer: it verifies the login token
 //     a remote peer presents offline, with the account server's public key,
 //     against the peer ID libp2p authenticated for the stream. A token

@@ -2,11 +2,14 @@ package guard
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/bootstrap/leases"
@@ -15,7 +18,7 @@ import (
 
 // LeaseName is the name of region c's lease in the lease service.
 func LeaseName(world string, c regions.Coord) string {
-	return fmt.Sprintf("region:%s:%d,%d", world, c.X, c.Y)
+	return leases.RegionLease(world, c.X, c.Y)
 }
 
 // GateConfig configures a LeaseGate.
@@ -24,6 +27,11 @@ type GateConfig struct {
 	World string
 	// Client talks to the lease service (an *accounts.Client).
 	Client leases.Client
+	// PublicKey is the lease service's signing key (the account server's
+	// token key): with it the gate checks other coordinators' lease
+	// proofs (regions.LeaseProofs). Nil: proofs are neither shown nor
+	// checked.
+	PublicKey ed25519.PublicKey
 	// Holder sets the timing of each region's holder (RenewEvery,
 	// SafetyMargin, RetryEvery, RequestTimeout); Region, Client, OnChange
 	// and Logger are set by the gate.
@@ -47,10 +55,15 @@ type LeaseGate struct {
 
 	mu      sync.Mutex
 	holders map[regions.Coord]*running
-	// unreachable: the last call to the lease service got no answer.
+	// unreachable: the last unansweredLimit calls to the lease service
+	// got no answer (unanswered counts them).
 	unreachable bool
-	probing     bool
-	closed      bool
+	unanswered  int
+	// refused: regions whose lease the service refused this peer as not
+	// placed near them, until when this peer steps aside from them.
+	refused map[regions.Coord]time.Time
+	probing bool
+	closed  bool
 }
 
 type running struct {
@@ -84,6 +97,7 @@ func NewLeaseGate(cfg GateConfig) (*LeaseGate, error) {
 		cfg: cfg, log: cfg.Logger.With("world", cfg.World),
 		ctx: ctx, cancel: cancel,
 		holders: map[regions.Coord]*running{},
+		refused: map[regions.Coord]time.Time{},
 	}, nil
 }
 
@@ -100,13 +114,64 @@ func (g *LeaseGate) Allowed(c regions.Coord) (uint64, bool) {
 
 // Eligible reports whether this peer may coordinate region c: it holds the
 // region's lease, or it can reach the lease service to get it.
+// A peer the service refused the lease as not placed near the region
+// steps aside from it for notEntitledFor.
 func (g *LeaseGate) Eligible(c regions.Coord) bool {
 	if _, ok := g.Allowed(c); ok {
 		return true
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if until, ok := g.refused[c]; ok {
+		if time.Now().Before(until) {
+			return false
+		}
+		delete(g.refused, c)
+	}
 	return !g.unreachable
+}
+
+// unansweredLimit is how many lease calls in a row must go unanswered
+// before the lease service counts as unreachable.
+const unansweredLimit = 2
+
+// notEntitledFor is how long a peer the lease service found not placed
+// near a region steps aside from it: long enough for placement views to
+// catch up, short enough that a peer whose view was right gets its turn.
+const notEntitledFor = 10 * time.Second
+
+// Proof returns this peer's signed grant of region c's lease valid now
+// (regions.LeaseProofs).
+func (g *LeaseGate) Proof(c regions.Coord) []byte {
+	if g.cfg.PublicKey == nil {
+		return nil
+	}
+	g.mu.Lock()
+	r := g.holders[c]
+	g.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.h.Proof(time.Now())
+}
+
+// CheckProof verifies a grant of region c's lease (regions.LeaseProofs).
+func (g *LeaseGate) CheckProof(c regions.Coord, proof []byte) (peer.ID, uint64, time.Time, error) {
+	if g.cfg.PublicKey == nil {
+		return "", 0, time.Time{}, errors.New("no lease service key")
+	}
+	p, err := leases.ParseProof(g.cfg.PublicKey, proof)
+	if err != nil {
+		return "", 0, time.Time{}, err
+	}
+	if want := LeaseName(g.cfg.World, c); p.Region != want {
+		return "", 0, time.Time{}, fmt.Errorf("lease proof of %q, want %q", p.Region, want)
+	}
+	holder, err := peer.Decode(p.Holder)
+	if err != nil {
+		return "", 0, time.Time{}, fmt.Errorf("lease proof holder: %w", err)
+	}
+	return holder, p.LeaseID, p.Expires, nil
 }
 
 // OnRoleChange starts a lease holder for a region this peer now
@@ -128,7 +193,7 @@ func (g *LeaseGate) start(c regions.Coord) {
 	}
 	hc := g.cfg.Holder
 	hc.Region = LeaseName(g.cfg.World, c)
-	hc.Client = observed{g.cfg.Client, g}
+	hc.Client = observed{g.cfg.Client, g, c}
 	hc.OnChange = nil
 	hc.Logger = g.log.With("region", c)
 	h, err := leases.NewHolder(hc)
@@ -191,7 +256,8 @@ func (g *LeaseGate) Holding() []regions.Coord {
 func answered(err error) bool {
 	var apiErr *accounts.APIError
 	return err == nil || errors.As(err, &apiErr) ||
-		errors.Is(err, leases.ErrHeld) || errors.Is(err, leases.ErrLost) || errors.Is(err, leases.ErrInvalid)
+		errors.Is(err, leases.ErrHeld) || errors.Is(err, leases.ErrLost) || errors.Is(err, leases.ErrInvalid) ||
+		errors.Is(err, leases.ErrNotEntitled)
 }
 
 // observe records whether the lease service answered a call, and starts
@@ -200,6 +266,16 @@ func (g *LeaseGate) observe(err error) {
 	ok := answered(err)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// One call without an answer is what a busy machine looks like (the
+	// account server on 127.0.0.1 in the demo, behind a loaded CPU); the
+	// service counts as unreachable after unansweredLimit in a row, so
+	// that one slow answer does not make this peer step aside from every
+	// region it holds no lease on.
+	if ok {
+		g.unanswered = 0
+	} else if g.unanswered++; g.unanswered < unansweredLimit {
+		return
+	}
 	if ok == !g.unreachable {
 		return
 	}
@@ -252,12 +328,21 @@ func (g *LeaseGate) probe() {
 // whether each call was answered.
 type observed struct {
 	leases.Client
-	g *LeaseGate
+	g      *LeaseGate
+	region regions.Coord
 }
 
 func (o observed) AcquireLease(ctx context.Context, region string) (leases.Grant, error) {
 	gr, err := o.Client.AcquireLease(ctx, region)
 	o.note(ctx, err)
+	if errors.Is(err, leases.ErrNotEntitled) {
+		o.g.mu.Lock()
+		if _, held := o.g.holders[o.region]; held {
+			o.g.refused[o.region] = time.Now().Add(notEntitledFor)
+		}
+		o.g.mu.Unlock()
+		o.g.log.Info("lease refused: the lease service does not place this peer near the region; stepping aside", "region", o.region)
+	}
 	return gr, err
 }
 
@@ -284,5 +369,6 @@ func (o observed) note(ctx context.Context, err error) {
 var (
 	_ regions.CommitGate  = (*LeaseGate)(nil)
 	_ regions.Eligibility = (*LeaseGate)(nil)
+	_ regions.LeaseProofs = (*LeaseGate)(nil)
 	_ regions.Authorizer  = TokenAuthorizer{}
 )

@@ -56,7 +56,7 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	gate, err := NewLeaseGate(GateConfig{World: cfg.World, Client: cfg.Accounts, Holder: cfg.Holder, ProbeEvery: cfg.ProbeEvery, Logger: cfg.Logger})
+	gate, err := NewLeaseGate(GateConfig{World: cfg.World, Client: cfg.Accounts, PublicKey: cfg.PublicKey, Holder: cfg.Holder, ProbeEvery: cfg.ProbeEvery, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("guard: %w", err)
 	}
@@ -75,6 +75,7 @@ func New(cfg Config) (*Guard, error) {
 // OnRoleChange before any OnRoleChange rc already has.
 func (g *Guard) Apply(rc *regions.Config) {
 	rc.Gate = g.Gate
+	rc.Proofs = g.Gate
 	rc.Authorizer = g.Authorizer
 	rc.Token = g.Tokens.Token
 	prev := rc.OnRoleChange

@@ -1,0 +1,301 @@
+package regions
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	pb "github.com/overworld-p2p/overworld/regions/regionpb"
+)
+
+// Who may claim a role in a region. Every peer may be hostile, so a message
+// that claims the coordinator's role (replication, a deposal, a copy offered
+// while a region is taken over, a hand-off, an event) is taken only from a
+// peer this peer can verify:
+//
+//   - placed: it ranks among the placedWithin peers closest to the region
+//     in this peer's view, itself counted whether known or not (views
+//     differ a little; a far peer is never a coordinator);
+//   - with a lease service (Config.Proofs): it shows a grant of the
+//     region's lease signed by the lease service that names it (or, for a
+//     copy, the coordinator the copy came from), not older than the newest
+//     grant this peer knows for the region, and, for live messages, not
+//     expired beyond proofSkew. Lease IDs are fencing tokens, so a grant
+//     newer than a coordinator's own proves the coordinator deposed.
+//
+// Entries a coordinator publishes are signed with its libp2p key
+// (entryDigest), so members keep each with its proof and a rebuild after a
+// double failure takes only entries whose signature and grant check out.
+// A forwarded request's player is believed only with the player's own
+// signature over the request (requestDigest).
+const (
+	// placedWithin matches the lease service's default LeaseCandidates.
+	placedWithin = 8
+	// proofSkew allows for clock differences between the lease service
+	// and this peer when a live message's proof is checked for expiry.
+	proofSkew = 30 * time.Second
+	// maxEpoch and maxVersion bound epochs and object versions on the
+	// wire: far beyond what a region reaches (one take-over or commit a
+	// millisecond for 8,900 years), far from wrapping when incremented.
+	maxEpoch   = 1 << 48
+	maxVersion = 1 << 48
+	// maxLeaseBook bounds the newest-lease table (regions this peer heard
+	// of with a valid grant).
+	maxLeaseBook = 4096
+)
+
+// Refusal reasons, the label of overworld_region_refused_total.
+const (
+	refusedNotPlaced        = "not_placed"
+	refusedProofMissing     = "proof_missing"
+	refusedProofInvalid     = "proof_invalid"
+	refusedProofHolder      = "proof_wrong_holder"
+	refusedProofStale       = "proof_stale"
+	refusedProofExpired     = "proof_expired"
+	refusedDeposalUnproven  = "deposal_unproven"
+	refusedHolderUnproven   = "holder_unproven"
+	refusedCacheUnproven    = "cache_unproven"
+	refusedOriginUnproven   = "origin_unproven"
+	refusedReplicaExcluded  = "replica_excluded"
+	refusedEventForged      = "event_forged"
+	refusedBounds           = "out_of_bounds"
+	refusedSuspectNotPlaced = "suspect_not_placed"
+)
+
+// newestLeases remembers the newest lease ID seen with a valid grant for each
+// region: a grant older than that is refused.
+type newestLeases struct {
+	mu sync.Mutex
+	m  map[Coord]uint64
+}
+
+// see records id and reports whether it is not older than the newest known.
+func (b *newestLeases) see(c Coord, id uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[Coord]uint64{}
+	}
+	cur, ok := b.m[c]
+	if id < cur {
+		return false
+	}
+	if !ok && len(b.m) >= maxLeaseBook {
+		for k := range b.m { // only valid grants get here: evict any one
+			delete(b.m, k)
+			break
+		}
+	}
+	b.m[c] = id
+	return true
+}
+
+// claim is a verified role claim.
+type claim struct {
+	holder  peer.ID // whom the grant names ("" without a lease service)
+	leaseID uint64
+}
+
+// placed reports whether p ranks within placedWithin of region c in this
+// peer's view (p counted whether known or not).
+func (s *Service) placed(c Coord, p peer.ID) bool {
+	key := s.key(c)
+	rank := 0
+	for _, q := range s.candidates() {
+		if q != p && s.hashes.closer(key, q, p) {
+			if rank++; rank >= placedWithin {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkProof verifies a grant of region c's lease. holders lists whom it
+// may name (empty: anyone); live demands it has not ended (beyond
+// proofSkew). It returns the claim or a refusal reason. Without a lease
+// service there is nothing to check: the zero claim and "".
+func (s *Service) checkProof(c Coord, proof []byte, live bool, holders ...peer.ID) (claim, string) {
+	lp := s.cfg.Proofs
+	if lp == nil {
+		return claim{}, ""
+	}
+	if len(proof) == 0 {
+		return claim{}, refusedProofMissing
+	}
+	holder, id, expires, err := lp.CheckProof(c, proof)
+	if err != nil {
+		return claim{}, refusedProofInvalid
+	}
+	if len(holders) > 0 && !containsPeer(holders, holder) {
+		return claim{}, refusedProofHolder
+	}
+	if live && time.Now().After(expires.Add(proofSkew)) {
+		return claim{}, refusedProofExpired
+	}
+	if !s.leases.see(c, id) {
+		return claim{}, refusedProofStale
+	}
+	return claim{holder: holder, leaseID: id}, ""
+}
+
+// verifyCoordinator checks a live claim by p to coordinate region c.
+func (s *Service) verifyCoordinator(c Coord, p peer.ID, proof []byte) (claim, string) {
+	if !s.placed(c, p) {
+		return claim{}, refusedNotPlaced
+	}
+	return s.checkProof(c, proof, true, p)
+}
+
+// refuse counts a refused claim and logs it.
+// A grant that lapsed or was overtaken is what an honest coordinator's
+// late message looks like across a hand-off, so it is logged at debug
+// level; the rest is what only a hostile or broken peer sends.
+func (s *Service) refuse(c Coord, from peer.ID, what, reason string) {
+	s.metrics.refused.WithLabelValues(reason).Inc()
+	level := slog.LevelWarn
+	if reason == refusedProofStale || reason == refusedProofExpired {
+		level = slog.LevelDebug
+	}
+	s.log.Log(context.Background(), level, "refused a claim that does not check out", "region", c, "from", from, "what", what, "reason", reason)
+}
+
+// --- signatures with libp2p keys ---------------------------------------------
+
+const (
+	entrySigDomain   = "overworld/region/entry/1:"
+	requestSigDomain = "overworld/region/request/1:"
+)
+
+func appendField(b []byte, f []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(f)))
+	return append(b, f...)
+}
+
+// entryDigest is what a coordinator signs for each entry it publishes: the
+// region, the epoch and every field of the entry, length-prefixed.
+func entryDigest(world string, c Coord, epoch uint64, e *pb.Entry) []byte {
+	b := []byte(entrySigDomain)
+	b = appendField(b, []byte(world))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.X))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.Y))
+	b = binary.BigEndian.AppendUint64(b, epoch)
+	b = binary.BigEndian.AppendUint64(b, e.Seq)
+	b = binary.BigEndian.AppendUint64(b, e.LeaseId)
+	o := e.GetObject()
+	b = appendField(b, []byte(o.GetId()))
+	b = appendField(b, o.GetValue())
+	b = binary.BigEndian.AppendUint64(b, o.GetVersion())
+	b = appendField(b, o.GetLockHolder())
+	b = binary.BigEndian.AppendUint64(b, uint64(o.GetLockExpiresMs()))
+	d := e.GetDone()
+	b = appendField(b, d.GetRequestId())
+	b = binary.BigEndian.AppendUint32(b, uint32(d.GetStatus()))
+	b = binary.BigEndian.AppendUint64(b, d.GetVersion())
+	return binary.BigEndian.AppendUint64(b, uint64(d.GetLockExpiresMs()))
+}
+
+// requestDigest is what a player signs for each request: the region and
+// every field that decides what the request does (not the routing fields
+// forwarded, origin and suspects).
+func requestDigest(world string, c Coord, r *pb.Request) []byte {
+	b := []byte(requestSigDomain)
+	b = appendField(b, []byte(world))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.X))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.Y))
+	b = appendField(b, r.RequestId)
+	b = binary.BigEndian.AppendUint32(b, uint32(r.Op))
+	b = appendField(b, []byte(r.ObjectId))
+	b = appendField(b, r.Value)
+	b = binary.BigEndian.AppendUint64(b, r.ReadVersion)
+	b = binary.BigEndian.AppendUint32(b, r.LockTtlMs)
+	if r.Write {
+		// A release that writes: the value it carries is the player's.
+		b = append(b, 1)
+	}
+	return b
+}
+
+// sign signs data with this peer's libp2p key (nil if it has none).
+func (s *Service) sign(data []byte) []byte {
+	key := s.h.Peerstore().PrivKey(s.h.ID())
+	if key == nil {
+		return nil
+	}
+	sig, err := key.Sign(data)
+	if err != nil {
+		s.log.Warn("signing failed", "err", err)
+		return nil
+	}
+	return sig
+}
+
+// verifySig checks sig over data by p's libp2p key: inlined in its ID
+// (Ed25519), or as the peerstore learned it.
+func (s *Service) verifySig(p peer.ID, data, sig []byte) bool {
+	if len(sig) == 0 || len(sig) > maxSignatureLen {
+		return false
+	}
+	var pub crypto.PubKey
+	if k, err := p.ExtractPublicKey(); err == nil {
+		pub = k
+	} else if pub = s.h.Peerstore().PubKey(p); pub == nil {
+		return false
+	}
+	ok, err := pub.Verify(data, sig)
+	return err == nil && ok
+}
+
+const maxSignatureLen = 1024 // RSA-4096 signs in 512 bytes; Ed25519 in 64
+
+// verifyOrigin checks a forwarded request's player signature.
+func (s *Service) verifyOrigin(c Coord, req *pb.Request) (peer.ID, bool) {
+	origin, err := peer.IDFromBytes(req.Origin)
+	if err != nil {
+		return "", false
+	}
+	return origin, s.verifySig(origin, requestDigest(s.cfg.World, c, req), req.OriginSignature)
+}
+
+// verifySignedEntry checks an entry a member kept: its signature by its
+// author, the author's grant (lease service in use) or placement (none),
+// and its bounds. It returns a reason, "" when it checks out.
+func (s *Service) verifySignedEntry(c Coord, se *pb.SignedEntry) string {
+	if se == nil || se.Entry == nil || se.Entry.Object == nil || se.Epoch == 0 || se.Epoch > maxEpoch ||
+		se.Entry.Object.Version > maxVersion {
+		return refusedBounds
+	}
+	author, err := peer.IDFromBytes(se.Author)
+	if err != nil {
+		return refusedEventForged
+	}
+	if !s.verifySig(author, entryDigest(s.cfg.World, c, se.Epoch, se.Entry), se.Signature) {
+		return refusedEventForged
+	}
+	if s.cfg.Proofs == nil {
+		if !s.placed(c, author) {
+			return refusedNotPlaced
+		}
+		return ""
+	}
+	cl, reason := s.checkProofCopy(c, se.Grant, author)
+	if reason != "" {
+		return reason
+	}
+	if se.Entry.LeaseId > cl.leaseID {
+		return refusedProofStale
+	}
+	return ""
+}
+
+// checkProofCopy verifies the grant a copy of region c was committed
+// under: it must name one of holders and not be older than the newest
+// known, but may have ended (the copy outlives its coordinator's lease).
+func (s *Service) checkProofCopy(c Coord, proof []byte, holders ...peer.ID) (claim, string) {
+	return s.checkProof(c, proof, false, holders...)
+}
