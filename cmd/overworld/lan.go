@@ -47,6 +47,7 @@ Characters live only as long as the game (there is no account server).`, out)
 		wait := fs.Duration("wait", 2*time.Second, "how long to listen for announced games before founding one")
 		name := fs.String("name", "", "player name (default: a random one)")
 		gameName := fs.String("game", "lan game", "name announced for a game this player founds")
+		protocol := fs.String("protocol", "command", "for a game this player founds: command (every input reliably to every mirror) or event (moves unreliably, actions decided by the duty holder); a joiner runs the game's")
 		shapeF := addWorldShapeFlags(fs, "4x4", "every player of a game must use the same")
 		httpAddr := fs.String("http", "127.0.0.1:8670", "address of the page")
 		listen := fs.String("listen", "127.0.0.1:0", "address of this player's mirror for its client (/ws) and probes (/metrics, /readyz)")
@@ -74,6 +75,10 @@ Characters live only as long as the game (there is no account server).`, out)
 		g, err := shapeF.game()
 		if err != nil {
 			return err
+		}
+		proto, err := mirror.ParseProtocol(*protocol)
+		if err != nil {
+			return fmt.Errorf("-protocol: %w", err)
 		}
 
 		// No account server: this process signs its own player's token,
@@ -122,13 +127,18 @@ Characters live only as long as the game (there is no account server).`, out)
 			return err
 		}
 		founder := found == nil
-		ann := duty.Announcement{Name: *gameName}
+		ann := duty.Announcement{Name: *gameName, Protocol: uint8(proto)}
 		if founder {
 			ann.Game, ann.Group = newLANGame()
-			fmt.Fprintf(out, "no game on the LAN: founding %q on %s\n", ann.Name, ann.Group)
+			fmt.Fprintf(out, "no game on the LAN: founding %q on %s (%s protocol)\n", ann.Name, ann.Group, proto)
 		} else {
 			ann = *found
-			fmt.Fprintf(out, "joining %q on %s (%d players)\n", ann.Name, ann.Group, ann.Players)
+			proto = mirror.Protocol(ann.Protocol)
+			if _, err := mirror.ParseProtocol(proto.String()); err != nil {
+				group.Close()
+				return fmt.Errorf("the game on the LAN runs %s, which this version does not know", proto)
+			}
+			fmt.Fprintf(out, "joining %q on %s (%d players, %s protocol)\n", ann.Name, ann.Group, ann.Players, proto)
 		}
 		tr, err := crimp.ListenUDP(crimp.UDPConfig{Group: ann.Group, Interface: *iface, Loopback: true, Logger: log})
 		if err != nil {
@@ -138,7 +148,7 @@ Characters live only as long as the game (there is no account server).`, out)
 
 		reg := newProcessRegistry()
 		cfg := mirror.Config{
-			Game: g, Rotate: true, Authority: founder, CRIMP: crimp.DefaultConfig(), Transport: tr,
+			Game: g, Rotate: true, Authority: founder, Protocol: proto, CRIMP: crimp.DefaultConfig(), Transport: tr,
 			StateListen: net.JoinHostPort(ifAddr.String(), "0"),
 			AccountKey:  accountPub, Characters: &mirror.MemoryCharacters{Key: accountPub},
 			Announce: &ann, Discovery: discTr, Registerer: reg, Logger: log,

@@ -31,6 +31,14 @@ func TestLANNetns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the LAN test in -short mode")
 	}
+	// The founder picks the protocol; the joiners take it from the
+	// announcement.
+	for _, protocol := range []string{"command", "event"} {
+		t.Run(protocol, func(t *testing.T) { playLAN(t, protocol) })
+	}
+}
+
+func playLAN(t *testing.T, protocol string) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +50,7 @@ func TestLANNetns(t *testing.T) {
 	defer cancel()
 	procs := make([]*lanProc, len(players))
 	start := func(i int, wait time.Duration) {
-		args := []string{"lan", "-interface", "eth0", "-discovery", disc, "-wait", wait.String(), "-bot",
+		args := []string{"lan", "-interface", "eth0", "-discovery", disc, "-wait", wait.String(), "-bot", "-protocol", protocol,
 			"-name", fmt.Sprintf("p%d", i+1), "-http", "127.0.0.1:0", "-world-size", "3x3", "-status-every", "200ms", "-log-level", "error"}
 		raw, _ := json.Marshal(args)
 		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", players[i], exe, "-test.run=^TestLANRole$", "-test.count=1", "-test.timeout=5m")
@@ -118,7 +126,8 @@ func TestLANNetns(t *testing.T) {
 		start(i, 3*time.Second)
 	}
 	poll(90*time.Second, "four players agreeing on one game", settled)
-	if !strings.Contains(procs[0].tail(), "founding") || !strings.Contains(procs[3].tail(), "joining") {
+	if !strings.Contains(procs[0].tail(), "founding") || !strings.Contains(procs[3].tail(), "joining") ||
+		!strings.Contains(procs[3].tail(), protocol+" protocol") {
 		t.Fatalf("the first player did not found the game or the last did not find it:\n%s\n%s", procs[0].tail(), procs[3].tail())
 	}
 	before, _ := procs[0].status()

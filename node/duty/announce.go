@@ -25,18 +25,19 @@ import (
 // group). The wire format, all integers big-endian:
 //
 //	"OWLA" | version u8 | game u64 | name len u8 | name | group IPv4 [4] | port u16 |
-//	players u8 | capacity u8 | holder u32 | epoch u64
+//	players u8 | capacity u8 | holder u32 | epoch u64 | protocol u8
 
 // DefaultDiscoveryGroup is where LAN games are announced.
 var DefaultDiscoveryGroup = netip.MustParseAddrPort("239.77.7.7:7777")
 
-// AnnounceVersion is the announcement format's version.
-const AnnounceVersion = 1
+// AnnounceVersion is the announcement format's version (2 added the
+// protocol).
+const AnnounceVersion = 2
 
 // Bounds of an announcement.
 const (
 	MaxGameName      = 64
-	maxAnnounceSize  = 4 + 1 + 8 + 1 + MaxGameName + 4 + 2 + 1 + 1 + 4 + 8
+	maxAnnounceSize  = 4 + 1 + 8 + 1 + MaxGameName + 4 + 2 + 1 + 1 + 4 + 8 + 1
 	announceMagic    = "OWLA"
 	maxGamesListened = 64
 )
@@ -50,6 +51,9 @@ type Announcement struct {
 	Capacity int            // the most it admits
 	Holder   uint32         // the member announcing (holding the duty)
 	Epoch    uint64         // its duty epoch
+	// Protocol is how the game's mirrors keep one world, as the mirror
+	// package numbers its protocols; every joiner must run the same.
+	Protocol uint8
 }
 
 // ErrAnnouncement is wrapped by DecodeAnnouncement's errors.
@@ -88,7 +92,8 @@ func (a Announcement) Encode() ([]byte, error) {
 	b = binary.BigEndian.AppendUint16(b, a.Group.Port())
 	b = append(b, byte(a.Players), byte(a.Capacity))
 	b = binary.BigEndian.AppendUint32(b, a.Holder)
-	return binary.BigEndian.AppendUint64(b, a.Epoch), nil
+	b = binary.BigEndian.AppendUint64(b, a.Epoch)
+	return append(b, a.Protocol), nil
 }
 
 // DecodeAnnouncement parses and validates one announcement.
@@ -105,7 +110,7 @@ func DecodeAnnouncement(b []byte) (Announcement, error) {
 	a := Announcement{Game: binary.BigEndian.Uint64(b[5:])}
 	n := int(b[13])
 	rest := b[14:]
-	if n > MaxGameName || len(rest) != n+4+2+1+1+4+8 {
+	if n > MaxGameName || len(rest) != n+4+2+1+1+4+8+1 {
 		return bad("name of %d bytes in a %d-byte announcement", n, len(b))
 	}
 	a.Name, rest = string(rest[:n]), rest[n:]
@@ -113,6 +118,7 @@ func DecodeAnnouncement(b []byte) (Announcement, error) {
 	a.Players, a.Capacity = int(rest[6]), int(rest[7])
 	a.Holder = binary.BigEndian.Uint32(rest[8:])
 	a.Epoch = binary.BigEndian.Uint64(rest[12:])
+	a.Protocol = rest[20]
 	if err := a.Validate(); err != nil {
 		return Announcement{}, err
 	}

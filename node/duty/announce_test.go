@@ -16,7 +16,7 @@ import (
 
 func sampleAnnouncement() Announcement {
 	return Announcement{Game: 77, Name: "cave duel", Group: netip.MustParseAddrPort("239.78.1.2:9000"),
-		Players: 3, Capacity: 8, Holder: 2, Epoch: 5}
+		Players: 3, Capacity: 8, Holder: 2, Epoch: 5, Protocol: 1}
 }
 
 func TestAnnouncementRoundTrip(t *testing.T) {
@@ -92,7 +92,7 @@ func TestListener(t *testing.T) {
 func FuzzDecodeAnnouncement(f *testing.F) {
 	b, _ := sampleAnnouncement().Encode()
 	f.Add(b)
-	f.Add([]byte("OWLA\x01"))
+	f.Add([]byte("OWLA\x02"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		a, err := DecodeAnnouncement(b)
 		if err != nil {
