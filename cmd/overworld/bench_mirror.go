@@ -19,7 +19,7 @@ func init() {
 func runBenchMirror(ctx context.Context, args []string, out io.Writer) error {
 	d := mirrorbench.Default()
 	fs := newFlagSet("bench mirror", "Measure the bandwidth coefficients of Cronin et al.'s table 2.3 (a: client commands, b: mirror multicast, c + n(d+e): updates) with 1-5 bot clients on one of two mirrors, in simulated time, and print the paper's beside ours; under the command and the event protocol, compared on mirror-link bytes, rollbacks and consistent-event delay.", out)
-	asJSON := fs.Bool("json", false, "print the report as JSON")
+	jsonF := addJSONFlags(fs, "")
 	clients := fs.String("clients", "1,2,3,4,5", "client counts to measure, comma-separated")
 	duration := fs.Duration("duration", d.Duration, "measured play per client count (simulated time)")
 	fec := fs.Int("fec", d.FEC, "CRIMP FEC: earlier commands repeated per packet (0: the plain stream the paper measured)")
@@ -64,7 +64,7 @@ func runBenchMirror(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench mirror: %w", err)
 	}
-	if *asJSON {
+	if *jsonF.on {
 		return rep.JSON(out)
 	}
 	rep.Print(out)

@@ -19,7 +19,7 @@ func init() {
 func runBenchTSS(ctx context.Context, args []string, out io.Writer) error {
 	d := tssbench.Default()
 	fs := newFlagSet("bench tss", "Run table 3.1's seven delay configurations, the Time Warp baseline and the delays ChooseDelays picks on one trace of 2 mirrors x 3 bots delivered over CRIMP on the in-memory network (simulated time), and print the paper's rows beside ours.", out)
-	asJSON := fs.Bool("json", false, "print the report as JSON")
+	jsonF := addJSONFlags(fs, "")
 	commands := fs.Int("commands", d.Workload.Commands, "commands in the trace (all mirrors)")
 	seed := fs.Int64("seed", d.Seed, "seed for the bots, the network and CRIMP's timers")
 	delay := fs.Duration("link-delay", d.Link.Delay, "one-way delay between the mirrors")
@@ -68,7 +68,7 @@ func runBenchTSS(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench tss: %w", err)
 	}
-	if *asJSON {
+	if *jsonF.on {
 		return rep.WriteJSON(out)
 	}
 	rep.WriteText(out)

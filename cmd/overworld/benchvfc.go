@@ -30,7 +30,7 @@ func runBenchVFC(ctx context.Context, args []string, out io.Writer) error {
 	seconds := fs.Int("seconds", d.Demo.Seconds, "demo length in game seconds")
 	frameTicks := fs.Int("frame-ticks", d.Demo.FrameTicks, "world ticks per frame (one VFC round per frame)")
 	parts := fs.String("part", "rounds,demo", "what to run: rounds, demo or both")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
+	jsonF := addJSONFlags(fs, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func runBenchVFC(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench vfc: %w", err)
 	}
-	if *asJSON {
+	if *jsonF.on {
 		return rep.WriteJSON(out)
 	}
 	rep.WriteText(out)
