@@ -310,3 +310,37 @@ func TestImmediateRequestShare(t *testing.T) {
 		}
 	}
 }
+
+// A joiner's request-join claims to be an hour old, to buy its member a
+// long join grace (the authority allows a new member one round trip, as
+// the request's age shows, before its silence counts): the grace is capped
+// at the history, so the silent member is dropped within DropAfter plus
+// the history of its establishment, as a forged round trip of any length.
+func TestAdversarialAncientJoinRequest(t *testing.T) {
+	c := joinedCluster(t, 0)
+	cfg := c.members[0].node.Config()
+	rogue := c.net.Endpoint("lan")
+	established := func() (MemberID, bool) {
+		for _, e := range c.events[0] {
+			if e.Kind == EventMemberJoined {
+				return e.Member, true
+			}
+		}
+		return 0, false
+	}
+	old := c.clock.Now().Add(-time.Hour).UnixNano()
+	if err := rogue.Send(mustEncode(t, &Packet{Kind: KindRequestJoin, Time: old, Nonce: 77})); err != nil {
+		t.Fatal(err)
+	}
+	if !c.runUntil(time.Second, func() bool { _, ok := established(); return ok }) {
+		t.Fatal("the authority did not admit the joiner")
+	}
+	id, _ := established()
+	dropped := func() bool {
+		return slices.ContainsFunc(c.events[0], func(e Event) bool { return e.Kind == EventMemberDropped && e.Member == id })
+	}
+	if !c.runUntil(cfg.DropAfter+cfg.History+2*cfg.TickInterval, dropped) {
+		t.Fatalf("member %d, silent since its establishment, not dropped within DropAfter %v + History %v: %v",
+			id, cfg.DropAfter, cfg.History, c.events[0])
+	}
+}

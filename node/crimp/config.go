@@ -114,7 +114,9 @@ type Config struct {
 	// it doubles on every retry up to MaxJoinBackoff.
 	JoinTimeout, MaxJoinBackoff time.Duration
 	// DropAfter is how long the authority waits on a silent member before
-	// dropping it. Default: 3/4 of History, as in the paper.
+	// dropping it (a member not heard since its establishment may be
+	// silent a round trip longer, at most History: its first packet takes
+	// a round trip). Default: 3/4 of History, as in the paper.
 	DropAfter time.Duration
 }
 

@@ -39,7 +39,13 @@
 // authority answers establishment (with the new ID and the address of its
 // state-transfer server) or denial; everyone who hears the establishment
 // adds the member. The authority drops a member silent for 3/4 of the
-// history. FetchState and ServeState carry the game state over TCP.
+// history (DropAfter); until it is first heard, a new member may be silent
+// one round trip longer (as the age of its request-join shows, at most the
+// history), so that a member whose round trip exceeds DropAfter can join.
+// Silence is measured by arrivals, so a path whose delay grows at once by
+// more than DropAfter minus the member's gap between packets (550 ms for an
+// idle member with the defaults) looks like a dead member: it is dropped
+// and joins again. FetchState and ServeState carry the game state over TCP.
 //
 // # Trust
 //

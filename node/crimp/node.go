@@ -173,6 +173,9 @@ type source struct {
 	addr      netip.AddrPort
 	lastHeard time.Time
 	nonce     uint64 // authority: the nonce it joined with
+	// joinGrace: the authority established it and has heard nothing from
+	// it since; its silence may last this much longer (silenceLimit).
+	joinGrace time.Duration
 
 	epoch    uint64 // duty mode: the epoch its last session showed
 	follows  bool   // ... and whether it follows that epoch's holder
@@ -447,7 +450,7 @@ func (n *Node) handle(from netip.AddrPort, p *Packet, raw []byte) {
 			return
 		}
 	}
-	src.lastHeard = n.now
+	src.lastHeard, src.joinGrace = n.now, 0
 	src.addr = from
 	switch p.Kind {
 	case KindData:
@@ -544,13 +547,14 @@ func (n *Node) expire() {
 }
 
 // membership runs once per interval: the authority drops members silent for
-// DropAfter; every member forgets members silent for twice the history.
+// longer than silenceLimit; every member forgets members silent for twice
+// the history.
 func (n *Node) membership() {
 	for _, id := range n.Members() {
 		s := n.sources[id]
 		silent := n.now.Sub(s.lastHeard)
 		switch {
-		case n.holds() && silent > n.cfg.DropAfter:
+		case n.holds() && silent > n.silenceLimit(s):
 			if n.mayDecide() {
 				n.drop(id)
 			}
@@ -564,6 +568,24 @@ func (n *Node) membership() {
 			delete(n.dropSent, id)
 		}
 	}
+}
+
+// silenceLimit is how long the authority lets member s be silent:
+// DropAfter, plus its join grace until it is first heard.
+func (n *Node) silenceLimit(s *source) time.Duration { return n.cfg.DropAfter + s.joinGrace }
+
+// joinGrace is the extra silence the authority allows a member it admits
+// in answer to request p. The member's first packet answers the
+// establishment, so it cannot arrive before a round trip, twice the age of
+// the request (members' clocks are synchronized, as CRIMP's ages assume).
+// Counted from the establishment alone, a member whose round trip exceeds
+// DropAfter (600 ms each way with the default 1 s history) would be dropped
+// before its first session could arrive, at every join. At most History:
+// non-holders forget a member silent for 2·History, and the drop must
+// reach them first (DropAfter is below History by default); a forged or
+// skewed time stamp buys no more.
+func (n *Node) joinGrace(p *Packet) time.Duration {
+	return min(max(2*n.now.Sub(time.Unix(0, p.Time)), 0), n.cfg.History)
 }
 
 func (n *Node) store(k Key, sentAt int64, payload []byte) *stored {
@@ -963,7 +985,7 @@ func (n *Node) onRequestJoin(p *Packet) {
 	id := n.nextID
 	n.nextID++
 	s := n.addSource(id)
-	s.nonce = p.Nonce
+	s.nonce, s.joinGrace = p.Nonce, n.joinGrace(p)
 	s.started, s.settled, s.floor = true, true, 1
 	if n.cfg.Key != nil {
 		n.duty.keys[id] = ed25519.PublicKey(p.Key)

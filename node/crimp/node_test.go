@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 )
@@ -238,6 +239,62 @@ func TestMembership(t *testing.T) {
 	}
 	if !c.runUntil(5*time.Second, func() bool { return c.id(2) != 0 && c.id(2) != victim }) {
 		t.Fatalf("member did not rejoin: id %d", c.id(2))
+	}
+}
+
+// TestFarMemberJoinsAndStays: a member 600 ms from the authority joins and
+// stays, though its round trip (1.2 s) is longer than DropAfter (750 ms,
+// 3/4 of the default 1 s history): until its first packet arrives it may be
+// silent a round trip longer. The grace is bounded: a joiner gone before
+// its establishment reaches it is still dropped.
+func TestFarMemberJoinsAndStays(t *testing.T) {
+	c := newEmptyCluster(t, 7)
+	c.net.SetLink("near", "far", LinkParams{Delay: 600 * time.Millisecond})
+	base := Config{AuthorityPublicKey: testAuthorityPub}
+	auth := base
+	auth.ID, auth.Authority, auth.AuthorityKey = 1, true, testAuthorityKey
+	c.add(auth, "near", 1)
+	c.add(base, "far", 2)
+	if err := c.members[1].Join(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.runUntil(10*time.Second, func() bool { return c.id(1) != 0 }) {
+		t.Fatal("the far member was not established")
+	}
+	far := c.id(1)
+	eventOf := func(i int, kind EventKind, id MemberID) bool {
+		return slices.ContainsFunc(c.events[i], func(e Event) bool { return e.Kind == kind && (id == 0 || e.Member == id) })
+	}
+	c.clock.RunFor(10 * time.Second)
+	var members []MemberID
+	c.members[0].Inspect(func(n *Node) { members = n.Members() })
+	if eventOf(0, EventMemberDropped, 0) || eventOf(1, EventDropped, 0) || !slices.Equal(members, []MemberID{far}) {
+		t.Fatalf("the far member (%d) did not stay: the authority's members %v, events %v / %v", far, members, c.events[0], c.events[1])
+	}
+
+	// A joiner whose request is in flight when it dies.
+	ghost := c.add(base, "far", 3)
+	if err := c.members[ghost].Join(); err != nil {
+		t.Fatal(err)
+	}
+	c.clock.RunFor(300 * time.Millisecond)
+	c.members[ghost].Close()
+	var id MemberID
+	if !c.runUntil(5*time.Second, func() bool {
+		for _, e := range c.events[0] {
+			if e.Kind == EventMemberJoined && e.Member != far {
+				id = e.Member
+			}
+		}
+		return id != 0
+	}) {
+		t.Fatal("the authority never established the second joiner")
+	}
+	if !c.runUntil(10*time.Second, func() bool { return eventOf(0, EventMemberDropped, id) }) {
+		t.Fatalf("the joiner that died (%d) was never dropped: %v", id, c.events[0])
+	}
+	if eventOf(0, EventMemberDropped, far) {
+		t.Fatalf("the far member was dropped: %v", c.events[0])
 	}
 }
 

@@ -166,22 +166,37 @@ func agreeing(t *testing.T, c *cluster, n int, limit time.Duration) {
 }
 
 // TestEventLateActionsDecidedAtArrival: mirror 3's link to the authority
-// is slow (600 ms, past DecideWithin), so its actions reach the authority
-// after every state that could decide them in their own tick: each is
-// decided in the tick it arrived in (a stand-in), mirror 3 takes back its
-// guesses (a reset to the last state), no action stays undecided, and the
-// mirrors' logs and last states agree.
+// is slow from the start (600 ms, past DecideWithin; its round trip is
+// past CRIMP's DropAfter, so it stays only because the authority gives a
+// new member a round trip before its silence counts), so its actions reach
+// the authority after every state that could decide them in their own tick:
+// each is decided in the tick it arrived in (a stand-in), mirror 3 takes
+// back its guesses (a reset to the last state), no action stays
+// undecided, mirror 3 is never dropped, and the mirrors' logs and last
+// states agree; with either egress (what clients are sent changes when
+// bots start, not the group).
 func TestEventLateActionsDecidedAtArrival(t *testing.T) {
-	o := eventOpts(clusterOpts{mirrors: 3, link: crimp.LinkParams{Delay: 5 * time.Millisecond, Jitter: 5 * time.Millisecond},
-		delays: []time.Duration{0, 100 * time.Millisecond, time.Second}, history: time.Second, fec: 2, seed: 8})
-	c := newCluster(t, o)
-	c.net.SetLink(site(2), site(0), crimp.LinkParams{Delay: 600 * time.Millisecond})
+	for _, egress := range []EgressMode{EgressVFC, EgressArea} {
+		t.Run(egress.String(), func(t *testing.T) {
+			o := eventOpts(clusterOpts{mirrors: 3, link: crimp.LinkParams{Delay: 5 * time.Millisecond, Jitter: 5 * time.Millisecond},
+				links:  map[[2]int]crimp.LinkParams{{2, 0}: {Delay: 600 * time.Millisecond}},
+				delays: []time.Duration{0, 100 * time.Millisecond, time.Second}, history: time.Second, fec: 2, seed: 8,
+				tweak: func(_ int, c *Config) { c.Egress = egress }})
+			lateActionsDecidedAtArrival(t, newCluster(t, o))
+		})
+	}
+}
+
+func lateActionsDecidedAtArrival(t *testing.T, c *cluster) {
 	for i := range 6 {
 		c.bot(i%3, c.player(fmt.Sprintf("bot%d", i)), uint64(i+10))
 	}
 	from := lastTick(c.mirrors[0])
 	c.run(time.Minute)
 	logEventStats(t, c)
+	if n := c.mirrors[0].Metrics().CRIMP["members_dropped"]; n != 0 || c.mirrors[2].ID() != 3 {
+		t.Fatalf("the authority dropped %d members; mirror 3 is member %d", n, c.mirrors[2].ID())
+	}
 	auth, slow := c.mirrors[0].Metrics().Event, c.mirrors[2].Metrics().Event
 	if auth.DecidedLate == 0 || slow.Reconciled == 0 {
 		t.Fatalf("decided late %d, reconciled on the slow mirror %d: no late action was played", auth.DecidedLate, slow.Reconciled)

@@ -42,6 +42,9 @@ type cluster struct {
 type clusterOpts struct {
 	mirrors int
 	link    crimp.LinkParams
+	// links overrides link between mirrors i > j ({i, j}), from before the
+	// first mirror joins.
+	links   map[[2]int]crimp.LinkParams
 	delays  []time.Duration
 	history time.Duration
 	fec     int
@@ -81,7 +84,11 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 	}
 	for i := range o.mirrors {
 		for j := range i {
-			c.net.SetLink(site(i), site(j), o.link)
+			l, ok := o.links[[2]int{i, j}]
+			if !ok {
+				l = o.link
+			}
+			c.net.SetLink(site(i), site(j), l)
 		}
 	}
 	t.Cleanup(c.close)
