@@ -22,6 +22,7 @@ import (
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play/playpb"
 	"github.com/overworld-p2p/overworld/game/webui"
+	"github.com/overworld-p2p/overworld/node/pbframe"
 )
 
 // accountNet starts one logged-in player per name in region rc.
@@ -188,11 +189,11 @@ func TestAdversarialImpersonation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeFrame(s, &playpb.Whisper{FromName: "alice", Text: "it is me, alice"}, MaxWhisperMessageBytes); err != nil {
+	if _, err := pbframe.WriteMessage(s, &playpb.Whisper{FromName: "alice", Text: "it is me, alice"}, MaxWhisperMessageBytes); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.CloseWrite()
-	if _, err := readFrame(bufio.NewReader(s), 16); err == nil {
+	if _, err := pbframe.Read(bufio.NewReader(s), 16); err == nil {
 		t.Error("bob acknowledged a whisper signed with another player's name")
 	}
 	s.Reset()

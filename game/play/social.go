@@ -16,6 +16,7 @@ import (
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play/playpb"
 	"github.com/overworld-p2p/overworld/game/webui"
+	"github.com/overworld-p2p/overworld/node/pbframe"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/guard"
 )
@@ -445,12 +446,12 @@ func (p *Peer) sendWhisper(ctx context.Context, id peer.ID, text string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = s.SetDeadline(dl)
 	}
-	if err := writeFrame(s, &playpb.Whisper{FromName: p.cfg.Name, Text: text}, MaxWhisperMessageBytes); err != nil {
+	if _, err := pbframe.WriteMessage(s, &playpb.Whisper{FromName: p.cfg.Name, Text: text}, MaxWhisperMessageBytes); err != nil {
 		s.Reset()
 		return err
 	}
 	_ = s.CloseWrite()
-	if _, err := readFrame(bufio.NewReader(s), 16); err != nil {
+	if _, err := pbframe.Read(bufio.NewReader(s), 16); err != nil {
 		s.Reset()
 		return fmt.Errorf("no acknowledgement: %w", err)
 	}
@@ -468,7 +469,7 @@ func (p *Peer) handleWhisper(s network.Stream) {
 		s.Reset()
 		return
 	}
-	b, err := readFrame(bufio.NewReader(s), MaxWhisperMessageBytes)
+	b, err := pbframe.Read(bufio.NewReader(s), MaxWhisperMessageBytes)
 	if err == nil {
 		var w *playpb.Whisper
 		if w, err = DecodeWhisper(b); err == nil {
@@ -481,7 +482,7 @@ func (p *Peer) handleWhisper(s network.Stream) {
 			p.mu.Lock()
 			p.addMessage(webui.Message{Kind: "whisper", From: p.shownName(from, w.FromName), To: p.cfg.Name, Text: w.Text})
 			p.mu.Unlock()
-			err = writeFrame(s, &playpb.WhisperAck{}, 16)
+			_, err = pbframe.WriteMessage(s, &playpb.WhisperAck{}, 16)
 		}
 	}
 	if err != nil {

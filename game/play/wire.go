@@ -1,13 +1,9 @@
 package play
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"unicode/utf8"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -34,40 +30,6 @@ const (
 	MaxWhisperMessageBytes = 1024
 	maxPeerIDBytes         = 64
 )
-
-// writeFrame writes m as a uvarint length and the protobuf bytes.
-func writeFrame(w io.Writer, m proto.Message, limit int) error {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("encode %T: %w", m, err)
-	}
-	if len(b) > limit {
-		return fmt.Errorf("encode %T: %d bytes, limit %d", m, len(b), limit)
-	}
-	buf := binary.AppendUvarint(make([]byte, 0, len(b)+binary.MaxVarintLen32), uint64(len(b)))
-	_, err = w.Write(append(buf, b...))
-	return err
-}
-
-// readFrame reads one length-prefixed frame of at most limit bytes. The
-// buffer grows with the bytes that arrive, not with the length the peer
-// announces: a peer that announces a frame and sends nothing costs
-// nothing.
-func readFrame(r *bufio.Reader, limit int) ([]byte, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, fmt.Errorf("read frame length: %w", err)
-	}
-	if n > uint64(limit) {
-		return nil, fmt.Errorf("frame of %d bytes, limit %d", n, limit)
-	}
-	var buf bytes.Buffer
-	got, err := io.CopyN(&buf, r, int64(n))
-	if err != nil {
-		return nil, fmt.Errorf("read frame: %d of %d bytes: %w", got, n, err)
-	}
-	return buf.Bytes(), nil
-}
 
 func checkFighter(what string, f *playpb.Fighter) error {
 	switch {
