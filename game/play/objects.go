@@ -10,6 +10,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/regions"
+	"github.com/overworld-p2p/overworld/regions/topic"
 )
 
 // The region objects (food, health packs) live in the region object store.
@@ -111,7 +112,7 @@ func (p *Peer) upkeep(now time.Time) {
 		}
 	}
 	var join []game.RegionCoord
-	leave := map[game.RegionCoord]*chatTopic{}
+	leave := map[game.RegionCoord]*topic.Membership{}
 	for rc := range want {
 		if p.topics[rc] == nil {
 			join = append(join, rc)
@@ -124,8 +125,8 @@ func (p *Peer) upkeep(now time.Time) {
 		}
 	}
 	p.mu.Unlock()
-	for rc, t := range leave {
-		p.leaveTopic(rc, t)
+	for _, t := range leave {
+		p.leaveTopic(t)
 	}
 	for _, rc := range join {
 		if err := p.joinTopic(rc); err != nil {

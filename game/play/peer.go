@@ -24,6 +24,7 @@ import (
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/guard"
 	"github.com/overworld-p2p/overworld/regions/position"
+	"github.com/overworld-p2p/overworld/regions/topic"
 )
 
 // Config configures a Peer. Every peer of a network must agree on World and
@@ -202,7 +203,7 @@ type Peer struct {
 	input     webui.InputLatch
 	bot       *game.Bot
 	rs        map[game.RegionCoord]*regionState
-	topics    map[game.RegionCoord]*chatTopic
+	topics    map[game.RegionCoord]*topic.Membership
 	cards     map[peer.ID]*cardEntry
 	others    []other
 	smoothers map[peer.ID]*game.Smoother
@@ -252,7 +253,7 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 	p := &Peer{
 		cfg: cfg, n: n, h: n.Host(), log: cfg.Logger.With("player", cfg.Name),
 		id: game.PlayerID(n.ID().String()), ran: make(chan struct{}),
-		rs: map[game.RegionCoord]*regionState{}, topics: map[game.RegionCoord]*chatTopic{},
+		rs: map[game.RegionCoord]*regionState{}, topics: map[game.RegionCoord]*topic.Membership{},
 		cards: map[peer.ID]*cardEntry{}, smoothers: map[peer.ID]*game.Smoother{},
 		regrowing: map[game.ObjectID]bool{}, attackers: map[peer.ID]attackSeen{},
 		rule: game.FightOutcome, nonces: rand.Reader, chatLimit: position.NewAuthorLimiter(chatEvery, chatBurst, maxChatAuthors),
@@ -386,15 +387,15 @@ func (p *Peer) Close() error {
 		p.wg.Wait()
 		p.mu.Lock()
 		topics := p.topics
-		p.topics = map[game.RegionCoord]*chatTopic{}
+		p.topics = map[game.RegionCoord]*topic.Membership{}
 		for _, st := range p.rs {
 			if st.sub != nil {
 				st.sub.Close()
 			}
 		}
 		p.mu.Unlock()
-		for rc, t := range topics {
-			p.leaveTopic(rc, t)
+		for _, t := range topics {
+			p.leaveTopic(t)
 		}
 		if p.regions != nil {
 			p.regions.Close()

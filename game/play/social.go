@@ -19,6 +19,7 @@ import (
 	"github.com/overworld-p2p/overworld/node/pbframe"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/guard"
+	"github.com/overworld-p2p/overworld/regions/topic"
 )
 
 // Each region has a chat topic, regions.TopicPrefix(world, region) +
@@ -43,14 +44,6 @@ import (
 // Whispers go over a direct stream to the recipient: one Whisper, one
 // WhisperAck. The recipient checks the sender's token before reading and
 // shows the token's name.
-
-// chatTopic is this peer's membership of one region's chat topic.
-type chatTopic struct {
-	name   string
-	topic  *pubsub.Topic
-	sub    *pubsub.Subscription
-	cancel context.CancelFunc
-}
 
 // cardEntry is the newest card of another player.
 type cardEntry struct {
@@ -89,43 +82,31 @@ func (p *Peer) joinTopic(rc game.RegionCoord) error {
 	if p.ctx.Err() != nil {
 		return p.ctx.Err()
 	}
-	name := ChatTopic(p.cfg.World, rc)
-	ps := p.n.PubSub()
-	if err := ps.RegisterTopicValidator(name, p.validator(rc)); err != nil {
-		return fmt.Errorf("chat topic %s validator: %w", name, err)
-	}
-	topic, err := ps.Join(name)
+	m, err := topic.Join(topic.Config{PubSub: p.n.PubSub(), Name: ChatTopic(p.cfg.World, rc), Validate: p.validator(rc)})
 	if err != nil {
-		_ = ps.UnregisterTopicValidator(name)
-		return fmt.Errorf("join chat topic %s: %w", name, err)
+		return fmt.Errorf("chat topic: %w", err)
 	}
-	sub, err := topic.Subscribe(pubsub.WithBufferSize(128))
-	if err != nil {
-		_ = topic.Close()
-		_ = ps.UnregisterTopicValidator(name)
-		return fmt.Errorf("subscribe to chat topic %s: %w", name, err)
+	if err := m.Subscribe(p.ctx, 128, func(msg *pubsub.Message) { p.takeSocial(rc, msg) }); err != nil {
+		p.leaveTopic(m)
+		return fmt.Errorf("chat topic: %w", err)
 	}
-	ctx, cancel := context.WithCancel(p.ctx)
-	t := &chatTopic{name: name, topic: topic, sub: sub, cancel: cancel}
 	p.mu.Lock()
 	if p.topics[rc] != nil || p.ctx.Err() != nil {
 		p.mu.Unlock()
-		p.leaveTopic(rc, t)
+		p.leaveTopic(m)
 		return nil
 	}
-	p.topics[rc] = t
+	p.topics[rc] = m
 	p.mu.Unlock()
-	p.spawn(func() { p.readTopic(ctx, rc, sub) })
 	return nil
 }
 
-func (p *Peer) leaveTopic(rc game.RegionCoord, t *chatTopic) {
-	t.cancel()
-	t.sub.Cancel()
-	if err := t.topic.Close(); err != nil {
-		p.log.Debug("close chat topic", "topic", t.name, "err", err)
+// leaveTopic leaves a chat topic; it waits for the topic's read loop, so
+// the caller holds no lock the loop takes.
+func (p *Peer) leaveTopic(m *topic.Membership) {
+	if err := m.Leave(); err != nil {
+		p.log.Debug("leave chat topic", "topic", m.Name(), "err", err)
 	}
-	_ = p.n.PubSub().UnregisterTopicValidator(t.name)
 }
 
 // validator checks a chat-topic message of region rc.
@@ -199,7 +180,7 @@ func (p *Peer) validator(rc game.RegionCoord) pubsub.ValidatorEx {
 
 // checkCard is "" if card c of player from may follow the newest one held,
 // else the reason it may not: the skill rises by one at most, and not
-// again within minSkillRise. Older cards pass (readTopic keeps the newest).
+// again within minSkillRise. Older cards pass (takeSocial keeps the newest).
 func (p *Peer) checkCard(from peer.ID, c *playpb.Card, now time.Time) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -226,46 +207,41 @@ func (p *Peer) verifiedName(id peer.ID) (string, bool) {
 	return c.Player, ok
 }
 
-func (p *Peer) readTopic(ctx context.Context, rc game.RegionCoord, sub *pubsub.Subscription) {
-	for {
-		m, err := sub.Next(ctx)
-		if err != nil {
-			return
-		}
-		s, ok := m.ValidatorData.(*playpb.Social)
-		from := m.GetFrom()
-		if !ok || from == p.h.ID() {
-			continue
-		}
-		now := time.Now()
-		p.mu.Lock()
-		switch b := s.Body.(type) {
-		case *playpb.Social_Chat:
-			// Region-wide: shown to the players standing in the region.
-			if p.av.Region() == rc {
-				p.addMessage(webui.Message{Kind: "chat", From: p.shownName(from, b.Chat.Name), Text: b.Chat.Text})
-			}
-		case *playpb.Social_Card:
-			c := b.Card
-			if cur := p.cards[from]; cur == nil || c.Seq > cur.seq {
-				if cur == nil && len(p.cards) >= maxChatAuthors {
-					p.forgetOldestCardLocked()
-				}
-				e := &cardEntry{seq: c.Seq, arrived: now, cardState: cardState{
-					Name: p.shownName(from, c.Name), Region: game.RegionCoord{X: int(c.RegionX), Y: int(c.RegionY)},
-					Health: c.Health, Hunger: c.Hunger, Score: c.Score, Skill: c.Skill, Alive: c.Alive,
-				}}
-				if cur != nil {
-					e.skillRose = cur.skillRose
-					if c.Skill > cur.Skill {
-						e.skillRose = now
-					}
-				}
-				p.cards[from] = e
-			}
-		}
-		p.mu.Unlock()
+// takeSocial takes a validated chat-topic message of region rc.
+func (p *Peer) takeSocial(rc game.RegionCoord, m *pubsub.Message) {
+	s, ok := m.ValidatorData.(*playpb.Social)
+	from := m.GetFrom()
+	if !ok || from == p.h.ID() {
+		return
 	}
+	now := time.Now()
+	p.mu.Lock()
+	switch b := s.Body.(type) {
+	case *playpb.Social_Chat:
+		// Region-wide: shown to the players standing in the region.
+		if p.av.Region() == rc {
+			p.addMessage(webui.Message{Kind: "chat", From: p.shownName(from, b.Chat.Name), Text: b.Chat.Text})
+		}
+	case *playpb.Social_Card:
+		c := b.Card
+		if cur := p.cards[from]; cur == nil || c.Seq > cur.seq {
+			if cur == nil && len(p.cards) >= maxChatAuthors {
+				p.forgetOldestCardLocked()
+			}
+			e := &cardEntry{seq: c.Seq, arrived: now, cardState: cardState{
+				Name: p.shownName(from, c.Name), Region: game.RegionCoord{X: int(c.RegionX), Y: int(c.RegionY)},
+				Health: c.Health, Hunger: c.Hunger, Score: c.Score, Skill: c.Skill, Alive: c.Alive,
+			}}
+			if cur != nil {
+				e.skillRose = cur.skillRose
+				if c.Skill > cur.Skill {
+					e.skillRose = now
+				}
+			}
+			p.cards[from] = e
+		}
+	}
+	p.mu.Unlock()
 }
 
 // forgetOldestCardLocked drops the card that arrived longest ago, to
@@ -305,7 +281,7 @@ func (p *Peer) publish(rc game.RegionCoord, s *playpb.Social) error {
 	if t == nil {
 		return fmt.Errorf("not yet in region %s's chat", rc)
 	}
-	return t.topic.Publish(p.ctx, data)
+	return t.Publish(p.ctx, data)
 }
 
 // cardLoop publishes the player's card when it changes (at most every
