@@ -11,7 +11,6 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play/playpb"
-	"github.com/overworld-p2p/overworld/game/webui"
 )
 
 // Protocol IDs and topic suffix of the player runtime.
@@ -177,7 +176,7 @@ func DecodeSocial(b []byte, cfg game.Config) (*playpb.Social, error) {
 	switch body := m.Body.(type) {
 	case *playpb.Social_Chat:
 		c := body.Chat
-		err = errors.Join(checkPeerID(c.Sender), game.ValidateName(c.Name), webui.ValidateChat(c.Text, ""), checkRegion(c.RegionX, c.RegionY, cfg))
+		err = errors.Join(checkPeerID(c.Sender), game.ValidateName(c.Name), game.ValidateChat(c.Text), checkRegion(c.RegionX, c.RegionY, cfg))
 	case *playpb.Social_Card:
 		c := body.Card
 		err = errors.Join(checkPeerID(c.Player), game.ValidateName(c.Name), checkRegion(c.RegionX, c.RegionY, cfg))
@@ -213,7 +212,7 @@ func DecodeWhisper(b []byte) (*playpb.Whisper, error) {
 	if err := proto.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("decode whisper: %w", err)
 	}
-	if err := errors.Join(game.ValidateName(m.FromName), webui.ValidateChat(m.Text, "")); err != nil {
+	if err := errors.Join(game.ValidateName(m.FromName), game.ValidateChat(m.Text)); err != nil {
 		return nil, fmt.Errorf("decode whisper: %w", err)
 	}
 	return &m, nil
