@@ -266,7 +266,7 @@ func serviceRegistries(t *testing.T) map[string]*prometheus.Registry {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	if _, err := webui.NewServer(p, webui.Options{Logger: log, Registerer: reg}); err != nil {
+	if _, err := webui.NewServer(webui.PeerSession(p), webui.Options{Logger: log, Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
 	regs["play"] = reg

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -160,6 +161,31 @@ func validatePlayerID(id PlayerID, emptyOK bool) error {
 		return fmt.Errorf("player ID of %d bytes, limit %d", len(id), MaxPlayerIDLen)
 	case !utf8.ValidString(string(id)):
 		return errors.New("player ID is not UTF-8")
+	}
+	return nil
+}
+
+// MaxChatRunes bounds a chat line or whisper, wherever it is typed or
+// carried.
+const MaxChatRunes = 200
+
+// ValidateChat checks a chat line: non-blank UTF-8 of at most MaxChatRunes
+// runes without control characters. The page checks what the player types
+// with it and every peer what the network brings.
+func ValidateChat(text string) error {
+	if strings.TrimSpace(text) == "" {
+		return errors.New("empty chat line")
+	}
+	if !utf8.ValidString(text) {
+		return errors.New("chat is not UTF-8")
+	}
+	if n := utf8.RuneCountInString(text); n > MaxChatRunes {
+		return fmt.Errorf("chat line of %d characters, limit %d", n, MaxChatRunes)
+	}
+	for _, r := range text {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("chat line contains control character %U", r)
+		}
 	}
 	return nil
 }

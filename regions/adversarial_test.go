@@ -252,7 +252,7 @@ func TestAdversarialForgedEvents(t *testing.T) {
 	waitUntil(t, 20*time.Second, "the hostile peer in every member's event mesh", func() bool {
 		for _, m := range members {
 			m.svc.topicMu.Lock()
-			peers := m.svc.topics[c].topic.ListPeers()
+			peers := m.svc.topics[c].m.ListPeers()
 			m.svc.topicMu.Unlock()
 			if !containsPeer(peers, h.id()) {
 				return false
@@ -498,7 +498,7 @@ func TestAdversarialForgedCacheReply(t *testing.T) {
 	waitUntil(t, 20*time.Second, "members and the hostile peer to meet on the event topic", func() bool {
 		for _, m := range members {
 			m.svc.topicMu.Lock()
-			peers := m.svc.topics[c].topic.ListPeers()
+			peers := m.svc.topics[c].m.ListPeers()
 			m.svc.topicMu.Unlock()
 			if len(peers) < len(members) {
 				return false

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
+	"github.com/overworld-p2p/overworld/regions/topic"
 )
 
 // Object is one shared object of a region as the game sees it.
@@ -66,10 +67,8 @@ func (sub *Subscription) Close() {
 
 // regionTopic is this peer's membership of one region's event topic.
 type regionTopic struct {
-	topic *pubsub.Topic
-	sub   *pubsub.Subscription
-	stop  context.CancelFunc
-	subs  []*Subscription
+	m    *topic.Membership
+	subs []*Subscription
 	// The member cache: highest version of each object seen.
 	epoch uint64
 	cache map[string]*pb.Object
@@ -81,55 +80,53 @@ type regionTopic struct {
 // EventTopic is the name of region c's event topic.
 func EventTopic(world string, c Coord) string { return TopicPrefix(world, c) + "/events" }
 
-// joinTopic returns the region's topic, joining it (with its validator)
-// on first use. Caller holds s.topicMu.
+// joinTopicLocked returns the region's topic, joining it (with its
+// validator) on first use. Caller holds s.topicMu.
 func (s *Service) joinTopicLocked(c Coord) (*regionTopic, error) {
 	if rt := s.topics[c]; rt != nil {
 		return rt, nil
 	}
-	name := EventTopic(s.cfg.World, c)
-	ps := s.n.PubSub()
 	want := c
-	if err := ps.RegisterTopicValidator(name, func(_ context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
-		ev, err := decodeEvent(m.Data)
-		if err != nil || ev.World != s.cfg.World || int(ev.X) != want.X || int(ev.Y) != want.Y {
-			s.metrics.refused.WithLabelValues(refusedBounds).Inc()
-			return pubsub.ValidationReject
-		}
-		author := m.GetFrom()
-		if verdict := s.checkEvent(want, author, ev); verdict != pubsub.ValidationAccept {
-			return verdict
-		}
-		m.ValidatorData = ev
-		return pubsub.ValidationAccept
-	}); err != nil {
-		return nil, err
-	}
-	t, err := ps.Join(name)
+	m, err := topic.Join(topic.Config{PubSub: s.n.PubSub(), Name: EventTopic(s.cfg.World, c),
+		Validate: func(_ context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
+			ev, err := decodeEvent(m.Data)
+			if err != nil || ev.World != s.cfg.World || int(ev.X) != want.X || int(ev.Y) != want.Y {
+				s.metrics.refused.WithLabelValues(refusedBounds).Inc()
+				return pubsub.ValidationReject
+			}
+			author := m.GetFrom()
+			if verdict := s.checkEvent(want, author, ev); verdict != pubsub.ValidationAccept {
+				return verdict
+			}
+			m.ValidatorData = ev
+			return pubsub.ValidationAccept
+		}})
 	if err != nil {
-		_ = ps.UnregisterTopicValidator(name)
 		return nil, err
 	}
-	rt := &regionTopic{topic: t, cache: map[string]*pb.Object{}, signed: map[string]*pb.SignedEntry{}}
+	rt := &regionTopic{m: m, cache: map[string]*pb.Object{}, signed: map[string]*pb.SignedEntry{}}
 	s.topics[c] = rt
 	return rt, nil
 }
 
+// closeTopics ends every subscription and leaves the topics; the read
+// loops are waited for outside s.topicMu, which they take.
 func (s *Service) closeTopics() {
 	s.topicMu.Lock()
-	defer s.topicMu.Unlock()
-	for c, rt := range s.topics {
-		if rt.stop != nil {
-			rt.stop()
-			rt.sub.Cancel()
-		}
+	var left []*topic.Membership
+	for _, rt := range s.topics {
 		for _, sub := range rt.subs {
 			close(sub.c)
 		}
-		_ = rt.topic.Close()
-		_ = s.n.PubSub().UnregisterTopicValidator(EventTopic(s.cfg.World, c))
+		left = append(left, rt.m)
 	}
 	s.topics = map[Coord]*regionTopic{}
+	s.topicMu.Unlock()
+	for _, m := range left {
+		if err := m.Leave(); err != nil {
+			s.log.Debug("leave region topic", "topic", m.Name(), "err", err)
+		}
+	}
 }
 
 // checkEvent decides whether an event on region c's topic comes from the
@@ -196,7 +193,7 @@ func (s *Service) publish(c Coord, ev *pb.Event) {
 			s.log.Warn("encode region event", "region", c, "err", err)
 			return
 		}
-		if err := rt.topic.Publish(s.ctx, data); err != nil && s.ctx.Err() == nil {
+		if err := rt.m.Publish(s.ctx, data); err != nil && s.ctx.Err() == nil {
 			s.log.Warn("publish region event", "region", c, "err", err)
 		}
 	}
@@ -218,14 +215,8 @@ func (s *Service) Subscribe(c Coord) (*Subscription, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rt.sub == nil {
-		sub, err := rt.topic.Subscribe(pubsub.WithBufferSize(256))
-		if err != nil {
-			return nil, err
-		}
-		ctx, stop := context.WithCancel(s.ctx)
-		rt.sub, rt.stop = sub, stop
-		s.spawn(func() { s.readEvents(ctx, c, sub) })
+	if err := rt.m.Subscribe(s.ctx, 256, func(msg *pubsub.Message) { s.takeEvent(c, msg) }); err != nil {
+		return nil, err
 	}
 	ch := make(chan Update, 256)
 	sub := &Subscription{C: ch, c: ch, region: c, s: s}
@@ -247,31 +238,24 @@ func (s *Service) unsubscribe(sub *Subscription) {
 			break
 		}
 	}
-	if len(rt.subs) == 0 && rt.sub != nil {
+	if len(rt.subs) == 0 {
 		// Stay joined (coordinators publish here) but stop receiving;
 		// the cache is kept for rebuilds until the service closes.
-		rt.stop()
-		rt.sub.Cancel()
-		rt.sub, rt.stop = nil, nil
+		rt.m.Unsubscribe()
 	}
 }
 
-func (s *Service) readEvents(ctx context.Context, c Coord, sub *pubsub.Subscription) {
-	for {
-		msg, err := sub.Next(ctx)
-		if err != nil {
-			return
-		}
-		ev, ok := msg.ValidatorData.(*pb.Event)
-		if !ok {
-			continue
-		}
-		signed := make([]*pb.SignedEntry, len(ev.Entries))
-		for i, e := range ev.Entries {
-			signed[i] = &pb.SignedEntry{Epoch: ev.Epoch, Entry: e, Grant: ev.Grant, Author: []byte(msg.GetFrom()), Signature: ev.EntrySignatures[i]}
-		}
-		s.absorbSigned(c, ev.Epoch, ev.LeaseId, ev.Entries, signed)
+// takeEvent takes a validated event of region c into the member cache.
+func (s *Service) takeEvent(c Coord, msg *pubsub.Message) {
+	ev, ok := msg.ValidatorData.(*pb.Event)
+	if !ok {
+		return
 	}
+	signed := make([]*pb.SignedEntry, len(ev.Entries))
+	for i, e := range ev.Entries {
+		signed[i] = &pb.SignedEntry{Epoch: ev.Epoch, Entry: e, Grant: ev.Grant, Author: []byte(msg.GetFrom()), Signature: ev.EntrySignatures[i]}
+	}
+	s.absorbSigned(c, ev.Epoch, ev.LeaseId, ev.Entries, signed)
 }
 
 // absorb updates the member cache with objects a coordinator answered
@@ -290,7 +274,7 @@ func (s *Service) absorbAll(c Coord, epoch, leaseID uint64, entries []*pb.Entry,
 	s.topicMu.Lock()
 	defer s.topicMu.Unlock()
 	rt := s.topics[c]
-	if rt == nil || rt.sub == nil {
+	if rt == nil || !rt.m.Subscribed() {
 		return
 	}
 	rt.epoch = max(rt.epoch, epoch)

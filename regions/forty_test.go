@@ -443,7 +443,7 @@ func TestDoubleFailureRebuildsFromCaches(t *testing.T) {
 			rt := m.svc.topics[c]
 			n := 0
 			if rt != nil {
-				n = len(rt.topic.ListPeers())
+				n = len(rt.m.ListPeers())
 			}
 			m.svc.mu.Unlock()
 			if n < len(members)-1 {

@@ -15,6 +15,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/pbframe"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
@@ -76,7 +77,7 @@ func (h *hostile) handle(st network.Stream) {
 	defer st.Close()
 	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
 	r := bufio.NewReader(st)
-	if _, err := readFrame(r, MaxTokenSize); err != nil {
+	if _, err := pbframe.Read(r, MaxTokenSize); err != nil {
 		st.Reset()
 		return
 	}

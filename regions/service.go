@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/pbframe"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
@@ -520,7 +521,7 @@ func (s *Service) handleStream(st network.Stream) {
 // then the message. Anything malformed gets a BAD_REQUEST reply and changes
 // nothing.
 func (s *Service) serveFrame(from peer.ID, r *bufio.Reader) *pb.Message {
-	tok, err := readFrame(r, MaxTokenSize)
+	tok, err := pbframe.Read(r, MaxTokenSize)
 	if err == nil {
 		if err := s.cfg.Authorizer.Authorize(from, tok); err != nil {
 			s.metrics.denied.Inc()

@@ -2,8 +2,6 @@ package regions
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/overworld-p2p/overworld/node/pbframe"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
@@ -41,74 +40,30 @@ const (
 	maxEventSize = 256 << 10
 )
 
-var errFrameTooLarge = errors.New("frame too large")
-
-// readFrame reads one length-prefixed frame of at most limit bytes. The
-// buffer grows with what arrives, not with what the length announces: a
-// peer must send the bytes it makes this peer hold.
-func readFrame(r *bufio.Reader, limit int) ([]byte, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, fmt.Errorf("read frame length: %w", err)
-	}
-	if n > uint64(limit) {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", errFrameTooLarge, n, limit)
-	}
-	buf := make([]byte, 0, min(n, frameChunk))
-	for uint64(len(buf)) < n {
-		if len(buf) == cap(buf) {
-			buf = append(buf, make([]byte, min(n-uint64(len(buf)), uint64(cap(buf))))...)[:len(buf)]
-		}
-		k, err := r.Read(buf[len(buf):min(uint64(cap(buf)), n)])
-		buf = buf[:len(buf)+k]
-		if err != nil && uint64(len(buf)) < n {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, fmt.Errorf("read frame body: %w", err)
-		}
-	}
-	return buf, nil
-}
-
-// frameChunk is the first allocation for a frame's body.
-const frameChunk = 64 << 10
-
 // writeRequest writes what the opener of a stream sends: its token frame,
 // then the message frame (the handler checks the token before it reads
-// the message).
+// the message), in one write.
 func writeRequest(w io.Writer, token []byte, m *pb.Message) error {
 	if len(token) > MaxTokenSize {
 		return fmt.Errorf("token of %d bytes: limit %d", len(token), MaxTokenSize)
 	}
-	var buf bytes.Buffer
-	buf.Write(binary.AppendUvarint(nil, uint64(len(token))))
-	buf.Write(token)
-	if err := writeMessage(&buf, m); err != nil {
-		return err
+	buf, err := pbframe.AppendMessage(pbframe.Append(nil, token), m, MaxFrameSize)
+	if err != nil {
+		return fmt.Errorf("encode message: %w", err)
 	}
-	_, err := w.Write(buf.Bytes())
+	_, err = w.Write(buf)
 	return err
 }
 
 func writeMessage(w io.Writer, m *pb.Message) error {
-	body, err := proto.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("encode message: %w", err)
-	}
-	if len(body) > MaxFrameSize {
-		return fmt.Errorf("encode message: %w: %d bytes", errFrameTooLarge, len(body))
-	}
-	buf := binary.AppendUvarint(make([]byte, 0, len(body)+binary.MaxVarintLen64), uint64(len(body)))
-	buf = append(buf, body...)
-	_, err = w.Write(buf)
+	_, err := pbframe.WriteMessage(w, m, MaxFrameSize)
 	return err
 }
 
 // decodeMessage decodes and validates one frame body.
 func decodeMessage(body []byte) (*pb.Message, error) {
 	if len(body) > MaxFrameSize {
-		return nil, fmt.Errorf("%w: %d bytes", errFrameTooLarge, len(body))
+		return nil, fmt.Errorf("%w: %d bytes", pbframe.ErrTooLarge, len(body))
 	}
 	var m pb.Message
 	if err := proto.Unmarshal(body, &m); err != nil {
@@ -121,7 +76,7 @@ func decodeMessage(body []byte) (*pb.Message, error) {
 }
 
 func readMessage(r *bufio.Reader) (*pb.Message, error) {
-	body, err := readFrame(r, MaxFrameSize)
+	body, err := pbframe.Read(r, MaxFrameSize)
 	if err != nil {
 		return nil, err
 	}

@@ -117,7 +117,7 @@ directly. Ctrl-C stops.`, out)
 		if webui.NeedsSecret(*httpAddr) {
 			secret = webui.NewSecret()
 		}
-		srv, err := webui.NewServer(p, webui.Options{Logger: log, Secret: secret, Registerer: reg})
+		srv, err := webui.NewServer(webui.PeerSession(p), webui.Options{Logger: log, Secret: secret, Registerer: reg})
 		if err != nil {
 			p.Close()
 			group.Close()

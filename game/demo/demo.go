@@ -261,7 +261,7 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := webui.NewServer(human, webui.Options{Logger: d.log.With("part", "web"), Registerer: cfg.Registerer})
+	srv, err := webui.NewServer(webui.PeerSession(human), webui.Options{Logger: d.log.With("part", "web"), Registerer: cfg.Registerer})
 	if err != nil {
 		ln.Close()
 		return nil, err

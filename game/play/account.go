@@ -4,48 +4,69 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	ping "github.com/libp2p/go-libp2p/p2p/protocol/ping"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/game"
 )
 
-// login logs in on the account server with the token bound to this peer's
-// ID (registering first if allowed and needed) and restores the saved
-// character.
-func (p *Peer) login(ctx context.Context) error {
-	a := p.cfg.Account
-	cl, hc, name, err := Login(ctx, *a, p.h.ID())
-	p.httpc = hc
+// saves keeps the player's character on the account server: restored at
+// login, saved periodically by its loop, one save at a time, and once more
+// when the peer stops (saveOnExit), recognising a save whose answer was
+// lost.
+type saves struct {
+	acct  *accounts.Client
+	httpc *http.Client // the account server's
+	loop  *gameLoop
+	every time.Duration
+	log   *slog.Logger
+	life  lifetime
+
+	// mu serializes saves and guards what they leave: the character last
+	// loaded or saved (for its version), and the saves since the last
+	// answered one that got no answer (any may have been stored).
+	mu        sync.Mutex
+	character accounts.Character
+	unacked   []accounts.Character
+}
+
+// login logs in on the account server with the token bound to id
+// (registering first if a allows and needs it), loads the saved character
+// and restores it into av. It returns the account's name as registered.
+// On an error the HTTP client is still returned, so that its idle
+// connections can be closed.
+func login(ctx context.Context, a Account, id peer.ID, av *Avatar, log *slog.Logger) (*saves, *http.Client, string, error) {
+	cl, hc, name, err := Login(ctx, a, id)
 	if err != nil {
-		return fmt.Errorf("play: %w", err)
+		return nil, hc, "", fmt.Errorf("play: %w", err)
 	}
-	p.acct = cl
-	p.cfg.Name = name
 	ch, err := cl.LoadCharacter(ctx)
 	if err != nil {
-		return fmt.Errorf("play: %w", err)
+		return nil, hc, "", fmt.Errorf("play: %w", err)
 	}
-	p.character = ch
+	sv := &saves{acct: cl, httpc: hc, log: log, life: newLifetime(), character: ch}
 	if ch.Version == 0 {
-		p.log.Info("logged in; new character", "user", a.User)
-		return nil
+		log.Info("logged in; new character", "user", a.User)
+		return sv, hc, name, nil
 	}
-	p.av.Restore(int32(min(ch.Health, game.MaxHealth)), int32(min(ch.Hunger, game.MaxHunger)), int32(min(ch.Score, 1<<30)), int32(min(ch.Experience, game.MaxSkill)))
+	av.Restore(int32(min(ch.Health, game.MaxHealth)), int32(min(ch.Hunger, game.MaxHunger)), int32(min(ch.Score, 1<<30)), int32(min(ch.Experience, game.MaxSkill)))
 	pos := game.Vec{X: int32(clamp64(ch.X, 0, 1<<30)), Y: int32(clamp64(ch.Y, 0, 1<<30))}
-	if !p.av.Place(pos) {
+	if !av.Place(pos) {
 		if rc, ok := parseRegion(ch.Region); ok {
-			p.av.PlaceInRegion(rc)
+			av.PlaceInRegion(rc)
 		}
 	}
-	p.log.Info("logged in; character restored", "user", a.User, "region", p.av.Region(), "health", ch.Health, "score", ch.Score)
-	return nil
+	log.Info("logged in; character restored", "user", a.User, "region", av.Region(), "health", ch.Health, "score", ch.Score)
+	return sv, hc, name, nil
 }
 
 func clamp64(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
@@ -64,13 +85,10 @@ func parseRegion(s string) (game.RegionCoord, bool) {
 	return game.RegionCoord{X: x, Y: y}, true
 }
 
-// Save stores the character on the account server now.
-func (p *Peer) Save(ctx context.Context) error {
-	if p.acct == nil {
-		return errors.New("save: not logged in")
-	}
-	return p.save(ctx)
-}
+func (sv *saves) start() { sv.life.spawn(sv.saveLoop) }
+
+// stop ends the periodic saves; a save in flight finishes first.
+func (sv *saves) stop() { sv.life.end() }
 
 // save stores the character's current state, one save at a time, based on
 // the version the last save (or the login) left. A save whose answer never
@@ -78,41 +96,39 @@ func (p *Peer) Save(ctx context.Context) error {
 // the next save that the server refuses as based on an old version then
 // loads the stored character, and if it is one of those saves, goes on
 // from its version: a peer's saves never conflict with each other.
-func (p *Peer) save(ctx context.Context) error {
-	p.saveMu.Lock()
-	defer p.saveMu.Unlock()
-	p.mu.Lock()
-	self := p.av.Player()
-	ch := p.character
-	ch.Region = p.av.Region().String()
-	ch.X, ch.Y = int64(self.Pos.X), int64(self.Pos.Y)
-	ch.Health, ch.Hunger = int64(max(self.Health, 0)), int64(self.Hunger)
-	ch.Score, ch.Experience = int64(self.Score), int64(self.Skill)
-	p.mu.Unlock()
-	v, err := p.acct.SaveCharacter(ctx, ch)
-	if errors.Is(err, accounts.ErrConflict) && len(p.unacked) > 0 {
-		stored, lerr := p.acct.LoadCharacter(ctx)
-		if lerr == nil && p.storedUnacked(stored) {
-			p.log.Info("a save whose answer was lost had been stored; going on from it", "version", stored.Version)
+func (sv *saves) save(ctx context.Context) error {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	ch := sv.character
+	sv.loop.with(func(av *Avatar) {
+		self := av.Player()
+		ch.Region = av.Region().String()
+		ch.X, ch.Y = int64(self.Pos.X), int64(self.Pos.Y)
+		ch.Health, ch.Hunger = int64(max(self.Health, 0)), int64(self.Hunger)
+		ch.Score, ch.Experience = int64(self.Score), int64(self.Skill)
+	})
+	v, err := sv.acct.SaveCharacter(ctx, ch)
+	if errors.Is(err, accounts.ErrConflict) && len(sv.unacked) > 0 {
+		stored, lerr := sv.acct.LoadCharacter(ctx)
+		if lerr == nil && sv.storedUnacked(stored) {
+			sv.log.Info("a save whose answer was lost had been stored; going on from it", "version", stored.Version)
 			ch.Version = stored.Version
-			v, err = p.acct.SaveCharacter(ctx, ch)
+			v, err = sv.acct.SaveCharacter(ctx, ch)
 		}
 	}
 	if err != nil {
 		var api *accounts.APIError
 		if !errors.As(err, &api) {
-			if len(p.unacked) == maxUnacked {
-				p.unacked = p.unacked[1:]
+			if len(sv.unacked) == maxUnacked {
+				sv.unacked = sv.unacked[1:]
 			}
-			p.unacked = append(p.unacked, ch)
+			sv.unacked = append(sv.unacked, ch)
 		}
 		return err
 	}
-	p.unacked = p.unacked[:0]
-	p.mu.Lock()
+	sv.unacked = sv.unacked[:0]
 	ch.Version = v
-	p.character = ch
-	p.mu.Unlock()
+	sv.character = ch
 	return nil
 }
 
@@ -121,8 +137,9 @@ const maxUnacked = 8
 
 // storedUnacked reports whether the stored character is one of the saves
 // that got no answer, stored on top of the version it was based on.
-func (p *Peer) storedUnacked(stored accounts.Character) bool {
-	for _, u := range p.unacked {
+// Caller holds sv.mu.
+func (sv *saves) storedUnacked(stored accounts.Character) bool {
+	for _, u := range sv.unacked {
 		if stored.Version == u.Version+1 && sameCharacter(stored, u) {
 			return true
 		}
@@ -140,16 +157,16 @@ func sameCharacter(a, b accounts.Character) bool {
 // saveOnExit saves the character once the peer has stopped, retrying
 // what may pass on a second try (no answer, a busy or failing server)
 // until budget runs out: the state at Ctrl-C is the one to keep.
-func (p *Peer) saveOnExit(budget time.Duration) error {
+func (sv *saves) saveOnExit(budget time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	wait := 250 * time.Millisecond
 	for {
-		err := p.save(ctx)
+		err := sv.save(ctx)
 		if err == nil || !retryableSave(err) {
 			return err
 		}
-		p.log.Info("saving the character on exit: trying again", "err", err)
+		sv.log.Info("saving the character on exit: trying again", "err", err)
 		select {
 		case <-ctx.Done():
 			return err
@@ -171,64 +188,31 @@ func retryableSave(err error) bool {
 	return api.Status >= 500 || errors.Is(err, accounts.ErrRateLimited)
 }
 
-func (p *Peer) saveLoop() {
+func (sv *saves) saveLoop() {
 	// Start at a random point of the period, so that peers started together
 	// (a demo) do not all save at once.
-	first := time.NewTimer(rand.N(p.cfg.SaveEvery))
+	first := time.NewTimer(rand.N(sv.every))
 	select {
-	case <-p.ctx.Done():
+	case <-sv.life.ctx.Done():
 		first.Stop()
 		return
 	case <-first.C:
 	}
-	t := time.NewTicker(p.cfg.SaveEvery)
+	t := time.NewTicker(sv.every)
 	defer t.Stop()
 	for {
 		select {
-		case <-p.ctx.Done():
+		case <-sv.life.ctx.Done():
 			return
 		case <-t.C:
 			// Not cancelled when the peer stops: a save cut off in flight
 			// may be stored without its answer, and the save on exit waits
 			// for this one anyway.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 10*time.Second)
-			if err := p.save(ctx); err != nil && p.ctx.Err() == nil {
-				p.log.Warn("saving the character failed", "err", err)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(sv.life.ctx), 10*time.Second)
+			if err := sv.save(ctx); err != nil && sv.life.ctx.Err() == nil {
+				sv.log.Warn("saving the character failed", "err", err)
 			}
 			cancel()
-		}
-	}
-}
-
-// latencyLoop measures the round trip to the coordinator of the player's
-// region with libp2p ping, for the status line.
-func (p *Peer) latencyLoop() {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		p.mu.Lock()
-		rc := p.av.Region()
-		p.mu.Unlock()
-		coord, _ := p.store.Coordinator(coordOf(rc))
-		var rtt time.Duration
-		if coord != "" && coord != p.h.ID() {
-			ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
-			select {
-			case r := <-ping.Ping(ctx, p.h, coord):
-				if r.Error == nil {
-					rtt = r.RTT
-				}
-			case <-ctx.Done():
-			}
-			cancel()
-		}
-		p.mu.Lock()
-		p.latency = rtt
-		p.mu.Unlock()
-		select {
-		case <-p.ctx.Done():
-			return
-		case <-t.C:
 		}
 	}
 }

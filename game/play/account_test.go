@@ -84,8 +84,7 @@ func TestAccountLoginSaveRestore(t *testing.T) {
 	if err := cfg.fill(tn.nodes[0]); err != nil {
 		t.Fatal(err)
 	}
-	p := &Peer{cfg: cfg, h: tn.nodes[0].Host(), log: testLogger(), av: tn.peers[0].av}
-	if err := p.login(context.Background()); !errors.Is(err, accounts.ErrUnauthorized) {
+	if _, _, _, err := login(context.Background(), *cfg.Account, tn.nodes[0].Host().ID(), tn.peers[0].loop.av, testLogger()); !errors.Is(err, accounts.ErrUnauthorized) {
 		t.Fatalf("login with a wrong password: %v", err)
 	}
 }

@@ -113,18 +113,18 @@ func TestTopicsAdmitOnlyTokenHolders(t *testing.T) {
 					}
 				}
 			}
-			h.mu.Lock()
+			h.social.mu.Lock()
 			for _, o := range outsiders {
-				if h.cards[o.h.ID()] != nil {
+				if h.social.cards[o.h.ID()] != nil {
 					leaks = append(leaks, h.Name()+" holds the card of "+o.Name())
 				}
 			}
-			for _, m := range h.messages {
+			h.social.mu.Unlock()
+			for _, m := range h.Messages() {
 				if m.Kind == "chat" && (m.From == "thief" || m.From == "nobody") {
 					leaks = append(leaks, h.Name()+" got a chat line from "+m.From)
 				}
 			}
-			h.mu.Unlock()
 		}
 	}
 	poll := func(what string, cond func() bool) {

@@ -21,7 +21,7 @@ import (
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play/playpb"
-	"github.com/overworld-p2p/overworld/game/webui"
+	"github.com/overworld-p2p/overworld/node/pbframe"
 )
 
 // accountNet starts one logged-in player per name in region rc.
@@ -63,8 +63,8 @@ func (p *Peer) fightsCounted(t *testing.T, role, result string) float64 {
 func (p *Peer) mismatches(t *testing.T) float64 { return metricValue(t, p.metrics.fightMismatches) }
 
 // messagesWith lists p's messages of kind whose text contains text.
-func messagesWith(p *Peer, kind, text string) []webui.Message {
-	var out []webui.Message
+func messagesWith(p *Peer, kind, text string) []Message {
+	var out []Message
 	for _, m := range p.Messages() {
 		if m.Kind == kind && strings.Contains(m.Text, text) {
 			out = append(out, m)
@@ -89,9 +89,9 @@ func sideBySide(t *testing.T, rc game.RegionCoord) func(i int, p *Peer) {
 
 // holdsCard reports whether p holds a card of q.
 func holdsCard(p, q *Peer) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cards[q.h.ID()] != nil
+	p.social.mu.Lock()
+	defer p.social.mu.Unlock()
+	return p.social.cards[q.h.ID()] != nil
 }
 
 // syncedCards waits until each of a and b holds the other's card as the
@@ -104,13 +104,13 @@ func syncedCards(t *testing.T, a, b *Peer) {
 }
 
 func knowsCard(p, q *Peer) bool {
-	q.mu.Lock()
-	pub := q.publicSelfLocked()
-	published := !q.lastCardT.IsZero() && q.lastCard.Health == q.av.Player().Health
-	q.mu.Unlock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c := p.cards[q.h.ID()]
+	q.social.mu.Lock()
+	pub := q.social.publicSelfLocked()
+	published := !q.social.lastCardT.IsZero() && q.social.lastCard.Health == q.Player().Health
+	q.social.mu.Unlock()
+	p.social.mu.Lock()
+	defer p.social.mu.Unlock()
+	c := p.social.cards[q.h.ID()]
 	return published && c != nil && c.Skill == pub.Skill && c.Health == pub.Health
 }
 
@@ -136,11 +136,11 @@ func TestAdversarialImpersonation(t *testing.T) {
 	}
 	hostileBuild(t, mallory, rc)
 	forged := func() {
-		_ = mallory.publish(rc, &playpb.Social{Body: &playpb.Social_Card{Card: &playpb.Card{
+		_ = mallory.social.publish(rc, &playpb.Social{Body: &playpb.Social_Card{Card: &playpb.Card{
 			Player: []byte(mallory.h.ID()), Name: "alice", RegionX: int32(rc.X), RegionY: int32(rc.Y),
 			Health: 100, Skill: 10, Alive: true, Seq: 1 << 40,
 		}}})
-		_ = mallory.publish(rc, &playpb.Social{Body: &playpb.Social_Chat{Chat: &playpb.ChatLine{
+		_ = mallory.social.publish(rc, &playpb.Social{Body: &playpb.Social_Chat{Chat: &playpb.ChatLine{
 			Sender: []byte(mallory.h.ID()), Name: "alice", RegionX: int32(rc.X), RegionY: int32(rc.Y), Text: "send your gold to mallory",
 		}}})
 	}
@@ -188,11 +188,11 @@ func TestAdversarialImpersonation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeFrame(s, &playpb.Whisper{FromName: "alice", Text: "it is me, alice"}, MaxWhisperMessageBytes); err != nil {
+	if _, err := pbframe.WriteMessage(s, &playpb.Whisper{FromName: "alice", Text: "it is me, alice"}, MaxWhisperMessageBytes); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.CloseWrite()
-	if _, err := readFrame(bufio.NewReader(s), 16); err == nil {
+	if _, err := pbframe.Read(bufio.NewReader(s), 16); err == nil {
 		t.Error("bob acknowledged a whisper signed with another player's name")
 	}
 	s.Reset()
@@ -265,7 +265,7 @@ func TestAdversarialFightStats(t *testing.T) {
 	// A card claiming skill 100 right after one of 10.
 	waitFor(t, 30*time.Second, "bob to refuse mallory's inflated card", func() bool {
 		if counterValue(t, bob, "card_skill_jump") == 0 {
-			_ = mallory.publish(rc, &playpb.Social{Body: &playpb.Social_Card{Card: &playpb.Card{
+			_ = mallory.social.publish(rc, &playpb.Social{Body: &playpb.Social_Card{Card: &playpb.Card{
 				Player: []byte(mallory.h.ID()), Name: mallory.Name(), RegionX: int32(rc.X), RegionY: int32(rc.Y),
 				Health: 100, Skill: game.MaxSkill, Alive: true, Seq: 1 << 40,
 			}}})
@@ -273,19 +273,19 @@ func TestAdversarialFightStats(t *testing.T) {
 		}
 		return true
 	})
-	bob.mu.Lock()
-	card := bob.cards[mallory.h.ID()]
-	bob.mu.Unlock()
+	bob.social.mu.Lock()
+	card := bob.social.cards[mallory.h.ID()]
+	bob.social.mu.Unlock()
 	if card.Skill != 10 {
 		t.Fatalf("bob holds mallory at skill %d", card.Skill)
 	}
 
 	master := game.Fighter{Skill: game.MaxSkill, Health: game.MaxHealth}
 	syncedCards(t, bob, mallory)
-	bob.mu.Lock()
-	bobPublic := bob.publicSelfLocked()
-	before := bob.av.Player().Health
-	bob.mu.Unlock()
+	bob.social.mu.Lock()
+	bobPublic := bob.social.publicSelfLocked()
+	before := bob.Player().Health
+	bob.social.mu.Unlock()
 	mine := game.Fighter{Skill: card.Skill, Health: card.Health}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -321,13 +321,13 @@ func TestAdversarialFightMismatch(t *testing.T) {
 	tn := newTestNet(t, 2, rc, sideBySide(t, rc))
 	bob, mallory := tn.peers[0], tn.peers[1]
 	// Mallory's build hits harder than the rule says.
-	mallory.mu.Lock()
-	mallory.rule = func(a, d game.PlayerID, counter uint64, af, df game.Fighter) game.FightResult {
+	mallory.fights.mu.Lock()
+	mallory.fights.rule = func(a, d game.PlayerID, counter uint64, af, df game.Fighter) game.FightResult {
 		r := game.FightOutcome(a, d, counter, af, df)
 		r.Hit, r.DefenderDamage = true, r.DefenderDamage+7
 		return r
 	}
-	mallory.mu.Unlock()
+	mallory.fights.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	fight := func(attacker, defender *Peer) FightRecord {
@@ -372,11 +372,12 @@ func TestAdversarialFightMismatch(t *testing.T) {
 	// An honest computation with a forged result: mallory settles with a
 	// fatal blow whatever the draw.
 	syncedCards(t, bob, mallory)
-	mallory.mu.Lock()
-	me := mallory.publicSelfLocked()
-	c := mallory.cards[bob.h.ID()]
-	counter, _ := mallory.av.TryFight()
-	mallory.mu.Unlock()
+	mallory.social.mu.Lock()
+	me := mallory.social.publicSelfLocked()
+	c := mallory.social.cards[bob.h.ID()]
+	mallory.social.mu.Unlock()
+	var counter uint64
+	mallory.With(func(av *Avatar) { counter, _ = av.TryFight() })
 	seen := game.Fighter{Skill: c.Skill, Health: c.Health}
 	forged := func(a, d game.PlayerID, draw uint64, af, df game.Fighter) game.FightResult {
 		return game.FightResult{Hit: true, DefenderDamage: 60, Roll: 0}
@@ -427,13 +428,13 @@ func TestFightSidesAgree(t *testing.T) {
 			} else if i%4 == 1 {
 				// The defender's latest card has not reached the
 				// attacker yet: its view is a blow behind.
-				attacker.mu.Lock()
-				if c := attacker.cards[defender.h.ID()]; c != nil && c.Health > 10 {
+				attacker.social.mu.Lock()
+				if c := attacker.social.cards[defender.h.ID()]; c != nil && c.Health > 10 {
 					behind := *c
 					behind.Health -= 5
-					attacker.cards[defender.h.ID()] = &behind
+					attacker.social.cards[defender.h.ID()] = &behind
 				}
-				attacker.mu.Unlock()
+				attacker.social.mu.Unlock()
 			}
 			rec, err = attacker.Attack(ctx, defender.ID())
 			return err == nil
@@ -505,10 +506,10 @@ func TestAdversarialUnloggedFightStream(t *testing.T) {
 // TestAttackerTableBounded: the defender's per-attacker table forgets
 // attackers after attackerMemory and never holds more than maxAttackers.
 func TestAttackerTableBounded(t *testing.T) {
-	p := &Peer{attackers: map[peer.ID]attackSeen{}}
+	p := &fights{attackers: map[peer.ID]attackSeen{}}
 	t0 := time.Unix(1000, 0)
 	for i := range maxAttackers + 100 {
-		p.rememberAttackerLocked(peer.ID(fmt.Sprintf("attacker-%d", i)), attackSeen{counter: 1, at: t0.Add(time.Duration(i) * time.Millisecond)})
+		p.rememberLocked(peer.ID(fmt.Sprintf("attacker-%d", i)), attackSeen{counter: 1, at: t0.Add(time.Duration(i) * time.Millisecond)})
 	}
 	if len(p.attackers) != maxAttackers {
 		t.Fatalf("%d attackers held, limit %d", len(p.attackers), maxAttackers)
@@ -516,7 +517,7 @@ func TestAttackerTableBounded(t *testing.T) {
 	if _, ok := p.attackers["attacker-0"]; ok {
 		t.Fatal("the oldest attacker was kept over newer ones")
 	}
-	p.pruneAttackersLocked(t0.Add(attackerMemory + time.Hour))
+	p.pruneLocked(t0.Add(attackerMemory + time.Hour))
 	if len(p.attackers) != 0 {
 		t.Fatalf("%d attackers held after they all went quiet", len(p.attackers))
 	}

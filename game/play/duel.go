@@ -19,6 +19,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play/playpb"
+	"github.com/overworld-p2p/overworld/node/pbframe"
 )
 
 // The fight protocol (FightProtocol, see fight.go) in pieces, for drivers
@@ -123,10 +124,10 @@ func sendAttackWith(ctx context.Context, rule fightRule, nonces io.Reader, h hos
 // attackOver is the attacker's exchange on an open stream.
 func attackOver(rw io.ReadWriter, rule fightRule, nonces io.Reader, attacker, defender game.PlayerID, a *playpb.Attack) (*Answer, error) {
 	r := bufio.NewReader(rw)
-	if err := writeFrame(rw, a, MaxFightMessageBytes); err != nil {
+	if _, err := pbframe.WriteMessage(rw, a, MaxFightMessageBytes); err != nil {
 		return nil, err
 	}
-	b, err := readFrame(r, MaxFightMessageBytes)
+	b, err := pbframe.Read(r, MaxFightMessageBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -138,10 +139,10 @@ func attackOver(rw io.ReadWriter, rule fightRule, nonces io.Reader, attacker, de
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFrame(rw, &playpb.Reveal{Nonce: mine}, MaxFightMessageBytes); err != nil {
+	if _, err := pbframe.WriteMessage(rw, &playpb.Reveal{Nonce: mine}, MaxFightMessageBytes); err != nil {
 		return nil, err
 	}
-	if b, err = readFrame(r, MaxFightMessageBytes); err != nil {
+	if b, err = pbframe.Read(r, MaxFightMessageBytes); err != nil {
 		return nil, err
 	}
 	out, err := DecodeOutcome(b)
@@ -156,7 +157,7 @@ func attackOver(rw io.ReadWriter, rule fightRule, nonces io.Reader, attacker, de
 	}
 	draw := FightDraw(attacker, defender, a.Counter, mine, out.Nonce)
 	result := rule(attacker, defender, draw, fighterFrom(a.Attacker), fighterFrom(a.DefenderSeen))
-	if err := writeFrame(rw, &playpb.Settle{Result: resultOf(result)}, MaxFightMessageBytes); err != nil {
+	if _, err := pbframe.WriteMessage(rw, &playpb.Settle{Result: resultOf(result)}, MaxFightMessageBytes); err != nil {
 		return nil, err
 	}
 	return &Answer{Outcome: out, Draw: draw}, nil
@@ -202,7 +203,7 @@ func ReadAttack(rw io.ReadWriter) (*Incoming, error) {
 
 func readAttackWith(rw io.ReadWriter, nonces io.Reader) (*Incoming, error) {
 	r := bufio.NewReader(rw)
-	b, err := readFrame(r, MaxFightMessageBytes)
+	b, err := pbframe.Read(r, MaxFightMessageBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -214,10 +215,10 @@ func readAttackWith(rw io.ReadWriter, nonces io.Reader) (*Incoming, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFrame(rw, &playpb.Commitment{NonceHash: nonceCommitment(mine)}, MaxFightMessageBytes); err != nil {
+	if _, err := pbframe.WriteMessage(rw, &playpb.Commitment{NonceHash: nonceCommitment(mine)}, MaxFightMessageBytes); err != nil {
 		return nil, err
 	}
-	if b, err = readFrame(r, MaxFightMessageBytes); err != nil {
+	if b, err = pbframe.Read(r, MaxFightMessageBytes); err != nil {
 		return nil, err
 	}
 	reveal, err := DecodeReveal(b)
@@ -253,7 +254,7 @@ func defendWith(rule fightRule, attacker, defender game.PlayerID, a *Incoming, a
 // ReadSettle reads the attacker's computation, which follows the
 // defender's Outcome.
 func (a *Incoming) ReadSettle() (game.FightResult, error) {
-	b, err := readFrame(a.r, MaxFightMessageBytes)
+	b, err := pbframe.Read(a.r, MaxFightMessageBytes)
 	if err != nil {
 		return game.FightResult{}, err
 	}
@@ -277,5 +278,6 @@ func RefuseAttack(why string) *playpb.Outcome { return &playpb.Outcome{Refusal: 
 
 // WriteOutcome writes the defender's answer on the fight stream.
 func WriteOutcome(w io.Writer, o *playpb.Outcome) error {
-	return writeFrame(w, o, MaxFightMessageBytes)
+	_, err := pbframe.WriteMessage(w, o, MaxFightMessageBytes)
+	return err
 }

@@ -2,17 +2,22 @@ package play
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/overworld-p2p/overworld/game"
-	"github.com/overworld-p2p/overworld/game/play/playpb"
-	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/regions/guard"
+	"github.com/overworld-p2p/overworld/regions/position"
 )
 
 // A fight is settled by the two players alone, over a direct stream
@@ -46,7 +51,9 @@ import (
 //
 // The defender checks the attacker's login token before reading a byte,
 // then the attack (alive, attacker seen within fight range and its card
-// known, counter fresh, not faster than the cooldown). Each side applies
+// known, counter fresh, not faster than the cooldown): decideDefence, a
+// pure function of what the defender knows, decides; handleFight is the
+// stream adapter around it and duel.go's protocol pieces. Each side applies
 // the damage to itself (each peer is the authority over its own player).
 // When the two used the same inputs their results must agree; either side
 // that finds otherwise reports a mismatch (metric, log, chat notice): the
@@ -93,115 +100,156 @@ type attackSeen struct {
 // ErrRefused wraps a fight the defender refused.
 var ErrRefused = errors.New("fight refused")
 
-// planFight picks the target of a fight input (the named player, else the
-// nearest living one in range) and starts the cooldown. Caller holds p.mu.
-func (p *Peer) planFight(named string) (other, uint64, bool) {
-	if p.fighting {
-		return other{}, 0, false
-	}
-	self := p.av.Player()
-	limit := int64(p.cfg.Game.FightRangeUnits) * int64(p.cfg.Game.FightRangeUnits)
-	var best other
-	var bestD int64 = -1
-	for _, o := range p.others {
-		if (o.card != nil && !o.card.Alive) || (named != "" && o.id.String() != named) {
-			continue
-		}
-		if d := game.DistSq(self.Pos, o.pos); d <= limit && (bestD < 0 || d < bestD) {
-			best, bestD = o, d
-		}
-	}
-	if bestD < 0 {
-		return other{}, 0, false
-	}
-	counter, ok := p.av.TryFight()
-	if !ok {
-		return other{}, 0, false
-	}
-	p.fighting = true
-	return best, counter, true
+// fights carries out the player's fights, both sides: the attacks the
+// game loop asks for (tryAttack) and those other players open on the
+// FightProtocol stream (handleFight). Its loop forgets attackers gone
+// quiet.
+type fights struct {
+	game    game.Config
+	id      game.PlayerID
+	h       host.Host
+	admit   *guard.Admission // nil: an open world
+	pos     *position.Service
+	loop    *gameLoop
+	social  *social
+	msgs    *messageLog
+	metrics *metrics
+	log     *slog.Logger
+	life    lifetime
+
+	mu        sync.Mutex
+	fighting  bool // this player's attack is in flight
+	attackers map[peer.ID]attackSeen
+	records   []FightRecord
+	rule      fightRule // game.FightOutcome; tests give a peer another
+	nonces    io.Reader // fight nonces: crypto/rand; tests give a seeded one
 }
 
-// Attack fights the player target now if it is in range (the F key does
-// the same on the next tick).
-func (p *Peer) Attack(ctx context.Context, target game.PlayerID) (FightRecord, error) {
-	p.mu.Lock()
-	o, counter, ok := p.planFight(string(target))
-	p.mu.Unlock()
-	if !ok {
-		return FightRecord{}, fmt.Errorf("attack %s: not in range, dead, busy or cooling down", target)
+func newFights(cfg game.Config, id game.PlayerID, h host.Host, admit *guard.Admission, pos *position.Service, loop *gameLoop, soc *social, msgs *messageLog, m *metrics, log *slog.Logger) *fights {
+	return &fights{
+		game: cfg, id: id, h: h, admit: admit, pos: pos, loop: loop, social: soc, msgs: msgs, metrics: m, log: log,
+		life: newLifetime(), attackers: map[peer.ID]attackSeen{}, rule: game.FightOutcome, nonces: rand.Reader,
 	}
-	return p.attack(ctx, o, counter)
+}
+
+func (f *fights) start() {
+	f.h.SetStreamHandler(protocol.ID(FightProtocol), f.handleFight)
+	f.life.spawn(func() {
+		t := time.NewTicker(attackerMemory / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-f.life.ctx.Done():
+				return
+			case now := <-t.C:
+				f.mu.Lock()
+				f.pruneLocked(now)
+				f.mu.Unlock()
+			}
+		}
+	})
+}
+
+// stop refuses new fights and waits for those in flight.
+func (f *fights) stop() {
+	f.h.RemoveStreamHandler(protocol.ID(FightProtocol))
+	f.life.end()
+}
+
+// plan picks the target of a fight (the named player, else the nearest
+// living one in range) and starts the cooldown, unless a fight of this
+// player's is in flight.
+func (f *fights) plan(named string) (other, uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fighting {
+		return other{}, 0, false
+	}
+	target, counter, ok := f.loop.target(named, f.game.FightRangeUnits)
+	f.fighting = ok
+	return target, counter, ok
+}
+
+// tryAttack carries out the fight of a tick in the background.
+func (f *fights) tryAttack(named string) {
+	target, counter, ok := f.plan(named)
+	if !ok {
+		return
+	}
+	if !f.life.spawn(func() {
+		ctx, cancel := context.WithTimeout(f.life.ctx, 5*time.Second)
+		defer cancel()
+		_, _ = f.attack(ctx, target, counter)
+	}) {
+		f.mu.Lock()
+		f.fighting = false
+		f.mu.Unlock()
+	}
 }
 
 // attack runs the attacker's side of one fight.
-func (p *Peer) attack(ctx context.Context, target other, counter uint64) (rec FightRecord, err error) {
-	p.mu.Lock()
-	rule, nonces := p.rule, p.nonces
-	me := p.publicSelfLocked()
+func (f *fights) attack(ctx context.Context, target other, counter uint64) (rec FightRecord, err error) {
+	f.mu.Lock()
+	rule, nonces := f.rule, f.nonces
+	f.mu.Unlock()
+	me := f.social.publicSelf()
 	// A player whose card has not arrived is taken for a fresh one, as
 	// the page shows it.
 	seen := game.Fighter{Skill: 10, Health: game.MaxHealth}
-	if c := p.cards[target.id]; c != nil {
+	if c, ok := f.social.card(target.id); ok {
 		seen = game.Fighter{Skill: c.Skill, Health: c.Health}
 	}
-	name := p.nameOf(target.id)
-	p.mu.Unlock()
+	name := f.social.nameOf(target.id)
 	defer func() {
-		p.mu.Lock()
-		p.fighting = false
+		f.mu.Lock()
+		f.fighting = false
+		f.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
-			p.notice("event", "", fmt.Sprintf("Your attack on %s failed: %v", name, err))
+			f.msgs.notice("event", fmt.Sprintf("Your attack on %s failed: %v", name, err))
 		}
-		p.mu.Unlock()
 	}()
 
-	attacker, defender := p.id, game.PlayerID(target.id.String())
-	out, err := sendAttackWith(ctx, rule, nonces, p.h, target.id, NewAttack(attacker, defender, counter, me, seen))
+	attacker, defender := f.id, game.PlayerID(target.id.String())
+	out, err := sendAttackWith(ctx, rule, nonces, f.h, target.id, NewAttack(attacker, defender, counter, me, seen))
 	if errors.Is(err, ErrBadNonce) {
-		p.metrics.fights.WithLabelValues("attacker", "bad_nonce").Inc()
-		p.log.Warn("fight voided: the defender's nonce does not open its commitment", "defender", target.id)
+		f.metrics.fights.WithLabelValues("attacker", "bad_nonce").Inc()
+		f.log.Warn("fight voided: the defender's nonce does not open its commitment", "defender", target.id)
 		return FightRecord{Attacker: attacker, Defender: defender, Counter: counter}, err
 	}
 	if err != nil {
-		p.metrics.fights.WithLabelValues("attacker", "failed").Inc()
+		f.metrics.fights.WithLabelValues("attacker", "failed").Inc()
 		return FightRecord{Attacker: attacker, Defender: defender, Counter: counter}, err
 	}
 	if !out.Accepted {
-		p.metrics.fights.WithLabelValues("attacker", "refused").Inc()
+		f.metrics.fights.WithLabelValues("attacker", "refused").Inc()
 		return FightRecord{Attacker: attacker, Defender: defender, Counter: counter}, fmt.Errorf("%w: %s", ErrRefused, out.Refusal)
 	}
 	rec = settleWith(rule, attacker, defender, counter, me, seen, out)
 
-	p.mu.Lock()
-	switch {
-	case rec.Mine.Hit:
-		p.notice("event", "", fmt.Sprintf("You hit %s for %d.", name, rec.Mine.DefenderDamage))
-	default:
-		p.notice("event", "", fmt.Sprintf("You missed %s.", name))
+	if rec.Mine.Hit {
+		f.msgs.notice("event", fmt.Sprintf("You hit %s for %d.", name, rec.Mine.DefenderDamage))
+	} else {
+		f.msgs.notice("event", fmt.Sprintf("You missed %s.", name))
 	}
 	if rec.Mine.AttackerDamage > 0 {
-		p.notice("event", "", fmt.Sprintf("%s hit you for %d.", name, rec.Mine.AttackerDamage))
-		if e, died := p.av.Damage(rec.Mine.AttackerDamage, rec.Defender); died {
-			p.describe(e)
-		}
+		f.msgs.notice("event", fmt.Sprintf("%s hit you for %d.", name, rec.Mine.AttackerDamage))
+		f.loop.damage(rec.Mine.AttackerDamage, rec.Defender)
 	}
 	if rec.DefenderDied {
-		p.av.Rewarded()
-		p.notice("event", "", fmt.Sprintf("%s was defeated by you.", name))
+		f.loop.with(func(av *Avatar) { av.Rewarded() })
+		f.msgs.notice("event", fmt.Sprintf("%s was defeated by you.", name))
 	}
-	p.recordFight(rec)
-	p.mu.Unlock()
-	p.countFight("attacker", rec)
+	f.record(rec)
+	f.count("attacker", rec)
 	if rec.Mismatch {
-		p.reportMismatch(rec, name)
+		f.reportMismatch(rec, name)
 	}
 	return rec, nil
 }
 
-// countFight counts a fought fight under the role and how the two sides'
+// count counts a fought fight under the role and how the two sides'
 // computations compared.
-func (p *Peer) countFight(role string, rec FightRecord) {
+func (f *fights) count(role string, rec FightRecord) {
 	result := "fought"
 	switch {
 	case !rec.Settled:
@@ -211,193 +259,190 @@ func (p *Peer) countFight(role string, rec FightRecord) {
 	case rec.Stale:
 		result = "stale"
 	}
-	p.metrics.fights.WithLabelValues(role, result).Inc()
+	f.metrics.fights.WithLabelValues(role, result).Inc()
 }
 
-// publicSelfLocked is the player's fight state as its last card published
-// it (what every other player sees), or its real state before the first
-// card. Caller holds p.mu.
-func (p *Peer) publicSelfLocked() game.Fighter {
-	if p.cardSeq == 0 || p.lastCardT.IsZero() {
-		return p.av.Fighter()
+// defence is what a defender knows when it decides an attack.
+type defence struct {
+	self game.Player // the defender now
+	// attackerAt is where the defender sees the attacker; nil: not in
+	// sight.
+	attackerAt *game.Vec
+	// card is the attacker's card as the defender holds it; nil: none yet.
+	card *cardState
+	// counter is the attack's; last the attacker's last accepted attack
+	// (nil: none remembered).
+	counter uint64
+	last    *attackSeen
+	now     time.Time
+}
+
+// decideDefence decides an attack from what the defender knows: "" to
+// fight, else the refusal's reason (the metric's label) and the words the
+// attacker gets. Positions are a position interval or two old and
+// dead-reckoned, so the range allows a second of walking on top of the
+// fight range; the cooldown check allows half the game's cooldown.
+func decideDefence(cfg game.Config, d defence) (reason, why string) {
+	slack := cfg.MaxSpeed * int32(cfg.TickRate)
+	limit := int64(cfg.FightRangeUnits+slack) * int64(cfg.FightRangeUnits+slack)
+	minGap := time.Duration(cfg.ActionCooldownTicks) * time.Second / time.Duration(cfg.TickRate) / 2
+	switch {
+	case !d.self.Alive:
+		return "defender_down", "the defender is down"
+	case d.attackerAt == nil:
+		return "attacker_unseen", "the attacker is not in sight"
+	case game.DistSq(d.self.Pos, *d.attackerAt) > limit:
+		return "out_of_range", "out of range"
+	case d.card == nil:
+		// The defender fights the attacker as it publicly is, never as
+		// the attack says it is; without its card there is nothing to go
+		// by.
+		return "attacker_card_unseen", "the attacker's card has not reached the defender yet"
+	case d.last != nil && d.counter <= d.last.counter:
+		return "stale_counter", fmt.Sprintf("fight counter %d is not after %d", d.counter, d.last.counter)
+	case d.last != nil && d.now.Sub(d.last.at) < minGap:
+		return "too_fast", "attacking faster than the cooldown"
 	}
-	return game.Fighter{Skill: p.lastCard.Skill, Health: p.lastCard.Health}
+	return "", ""
 }
 
-// handleFight is the defender's side.
-func (p *Peer) handleFight(s network.Stream) {
-	defer s.Close()
-	_ = s.SetDeadline(time.Now().Add(5 * time.Second))
-	from := s.Conn().RemotePeer()
-	if reason := p.admitStream(from); reason != "" {
-		// Nothing is read from a peer without a login: not even the
-		// frame its length prefix announces.
-		p.metrics.fightRefusals.WithLabelValues(reason).Inc()
+// handleFight is the defender's side: the stream adapter around
+// decideDefence and duel.go's protocol pieces.
+func (f *fights) handleFight(s network.Stream) {
+	if !f.life.enter() {
 		s.Reset()
 		return
 	}
-	p.mu.Lock()
-	nonces := p.nonces
-	p.mu.Unlock()
+	defer f.life.leave()
+	defer s.Close()
+	_ = s.SetDeadline(time.Now().Add(5 * time.Second))
+	from := s.Conn().RemotePeer()
+	if reason := admitStream(f.life.ctx, f.admit, from); reason != "" {
+		// Nothing is read from a peer without a login: not even the
+		// frame its length prefix announces.
+		f.metrics.fightRefusals.WithLabelValues(reason).Inc()
+		s.Reset()
+		return
+	}
+	f.mu.Lock()
+	nonces := f.nonces
+	f.mu.Unlock()
 	a, err := readAttackWith(s, nonces)
 	if err != nil {
-		p.metrics.fightRefusals.WithLabelValues("malformed").Inc()
-		p.log.Debug("bad attack", "from", from, "err", err)
+		f.metrics.fightRefusals.WithLabelValues("malformed").Inc()
+		f.log.Debug("bad attack", "from", from, "err", err)
 		s.Reset()
 		return
 	}
 	now := time.Now()
-	var attackerPos *game.Vec
-	for _, seen := range p.pos.View(now) {
+	d := defence{self: f.loop.player(), counter: a.Counter, now: now}
+	for _, seen := range f.pos.View(now) {
 		if seen.Player == from {
-			attackerPos = &game.Vec{X: seen.Pos.X, Y: seen.Pos.Y}
+			d.attackerAt = &game.Vec{X: seen.Pos.X, Y: seen.Pos.Y}
 		}
 	}
-	p.mu.Lock()
-	out, rec, name := p.defend(from, a, attackerPos, now)
-	p.mu.Unlock()
+	if c, ok := f.social.card(from); ok {
+		d.card = &c
+	}
+	name := f.social.nameOf(from)
+	mine := f.social.publicSelf()
+	f.mu.Lock()
+	if last, ok := f.attackers[from]; ok {
+		d.last = &last
+	}
+	reason, why := decideDefence(f.game, d)
+	if reason == "" {
+		f.rememberLocked(from, attackSeen{counter: a.Counter, at: now})
+	}
+	rule := f.rule
+	f.mu.Unlock()
+	if reason != "" {
+		f.metrics.fights.WithLabelValues("defender", "refused").Inc()
+		f.metrics.fightRefusals.WithLabelValues(reason).Inc()
+		if err := WriteOutcome(s, RefuseAttack(why)); err != nil {
+			s.Reset()
+		}
+		return
+	}
+	attackerSeen := game.Fighter{Skill: d.card.Skill, Health: d.card.Health}
+	out, rec := defendWith(rule, game.PlayerID(from.String()), f.id, a, attackerSeen, mine)
+	if rec.Mine.Hit {
+		f.msgs.notice("event", fmt.Sprintf("%s hit you for %d.", name, rec.Mine.DefenderDamage))
+		if f.loop.damage(rec.Mine.DefenderDamage, rec.Attacker) {
+			rec.DefenderDied = true
+			out.DefenderDied = true
+		}
+	} else {
+		f.msgs.notice("event", fmt.Sprintf("%s attacked you and missed.", name))
+	}
 	if err := WriteOutcome(s, out); err != nil {
 		s.Reset()
-	}
-	if !out.Accepted {
-		return
 	}
 	// The damage is applied; the attacker's settle only tells whether the
 	// two computations agree.
 	if theirs, err := a.ReadSettle(); err == nil {
 		rec = Settled(rec, theirs)
 	} else {
-		p.log.Debug("attacker did not settle", "from", from, "err", err)
+		f.log.Debug("attacker did not settle", "from", from, "err", err)
 	}
-	p.mu.Lock()
-	p.recordFight(rec)
-	p.mu.Unlock()
-	p.countFight("defender", rec)
+	f.record(rec)
+	f.count("defender", rec)
 	if rec.Mismatch {
-		p.reportMismatch(rec, name)
+		f.reportMismatch(rec, name)
 	}
 }
 
-// admitStream is "" if the peer at the other end of a direct stream may be
-// heard (with an account: it holds a valid login token for its peer ID),
-// else the reason it may not. It waits a little for a token being fetched.
-func (p *Peer) admitStream(from peer.ID) string {
-	if p.admit == nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
-	defer cancel()
-	switch p.admit.Wait(ctx, from) {
-	case guard.Admitted:
-		return ""
-	case guard.Refused:
-		return "bad_token"
-	default:
-		return "token_pending"
-	}
-}
-
-// defend decides an attack and applies it; the caller records it once the
-// attacker has settled. Caller holds p.mu.
-func (p *Peer) defend(from peer.ID, a *Incoming, attackerPos *game.Vec, now time.Time) (*playpb.Outcome, FightRecord, string) {
-	name := p.nameOf(from)
-	refuse := func(reason, why string) (*playpb.Outcome, FightRecord, string) {
-		p.metrics.fights.WithLabelValues("defender", "refused").Inc()
-		p.metrics.fightRefusals.WithLabelValues(reason).Inc()
-		return RefuseAttack(why), FightRecord{}, name
-	}
-	self := p.av.Player()
-	// Positions are a position interval or two old and dead-reckoned: allow
-	// a second of walking on top of the fight range.
-	slack := p.cfg.Game.MaxSpeed * int32(p.cfg.Game.TickRate)
-	limit := int64(p.cfg.Game.FightRangeUnits+slack) * int64(p.cfg.Game.FightRangeUnits+slack)
-	last, known := p.attackers[from]
-	minGap := time.Duration(p.cfg.Game.ActionCooldownTicks) * time.Second / time.Duration(p.cfg.Game.TickRate) / 2
-	card := p.cards[from]
-	switch {
-	case !self.Alive:
-		return refuse("defender_down", "the defender is down")
-	case attackerPos == nil:
-		return refuse("attacker_unseen", "the attacker is not in sight")
-	case game.DistSq(self.Pos, *attackerPos) > limit:
-		return refuse("out_of_range", "out of range")
-	case card == nil:
-		// The defender fights the attacker as it publicly is, never as
-		// the attack says it is; without its card there is nothing to go
-		// by.
-		return refuse("attacker_card_unseen", "the attacker's card has not reached the defender yet")
-	case known && a.Counter <= last.counter:
-		return refuse("stale_counter", fmt.Sprintf("fight counter %d is not after %d", a.Counter, last.counter))
-	case known && now.Sub(last.at) < minGap:
-		return refuse("too_fast", "attacking faster than the cooldown")
-	}
-	p.rememberAttackerLocked(from, attackSeen{counter: a.Counter, at: now})
-	attackerSeen := game.Fighter{Skill: card.Skill, Health: card.Health}
-	out, rec := defendWith(p.rule, game.PlayerID(from.String()), p.id, a, attackerSeen, p.publicSelfLocked())
-	if rec.Mine.Hit {
-		p.notice("event", "", fmt.Sprintf("%s hit you for %d.", name, rec.Mine.DefenderDamage))
-		if e, died := p.av.Damage(rec.Mine.DefenderDamage, rec.Attacker); died {
-			rec.DefenderDied = true
-			out.DefenderDied = true
-			p.describe(e)
-		}
-	} else {
-		p.notice("event", "", fmt.Sprintf("%s attacked you and missed.", name))
-	}
-	return out, rec, name
-}
-
-// rememberAttackerLocked records an attacker's fight, forgetting those
-// not heard from for attackerMemory and, past maxAttackers, the one heard
-// from longest ago. Caller holds p.mu.
-func (p *Peer) rememberAttackerLocked(from peer.ID, seen attackSeen) {
-	if _, ok := p.attackers[from]; !ok && len(p.attackers) >= maxAttackers {
-		p.pruneAttackersLocked(seen.at)
-		if len(p.attackers) >= maxAttackers {
+// rememberLocked records an attacker's fight, forgetting those not heard
+// from for attackerMemory and, past maxAttackers, the one heard from
+// longest ago. Caller holds f.mu.
+func (f *fights) rememberLocked(from peer.ID, seen attackSeen) {
+	if _, ok := f.attackers[from]; !ok && len(f.attackers) >= maxAttackers {
+		f.pruneLocked(seen.at)
+		if len(f.attackers) >= maxAttackers {
 			var oldest peer.ID
-			for id, a := range p.attackers {
-				if oldest == "" || a.at.Before(p.attackers[oldest].at) {
+			for id, a := range f.attackers {
+				if oldest == "" || a.at.Before(f.attackers[oldest].at) {
 					oldest = id
 				}
 			}
-			delete(p.attackers, oldest)
+			delete(f.attackers, oldest)
 		}
 	}
-	p.attackers[from] = seen
+	f.attackers[from] = seen
 }
 
-// pruneAttackersLocked forgets attackers not heard from for
-// attackerMemory. Caller holds p.mu.
-func (p *Peer) pruneAttackersLocked(now time.Time) {
-	for id, a := range p.attackers {
+// pruneLocked forgets attackers not heard from for attackerMemory.
+// Caller holds f.mu.
+func (f *fights) pruneLocked(now time.Time) {
+	for id, a := range f.attackers {
 		if now.Sub(a.at) > attackerMemory {
-			delete(p.attackers, id)
+			delete(f.attackers, id)
 		}
 	}
 }
 
-// recordFight keeps rec for Fights. Caller holds p.mu.
-func (p *Peer) recordFight(rec FightRecord) {
-	p.fights = append(p.fights, rec)
-	if len(p.fights) > maxFights {
-		p.fights = append(p.fights[:0], p.fights[len(p.fights)-maxFights:]...)
+// record keeps rec for Fights.
+func (f *fights) record(rec FightRecord) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.records = append(f.records, rec)
+	if len(f.records) > maxFights {
+		f.records = append(f.records[:0], f.records[len(f.records)-maxFights:]...)
 	}
 }
 
-// Fights returns the recent fights this peer took part in, oldest first.
-func (p *Peer) Fights() []FightRecord {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]FightRecord(nil), p.fights...)
+// list returns the recent fights, oldest first.
+func (f *fights) list() []FightRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]FightRecord(nil), f.records...)
 }
 
 // reportMismatch flags two computations of one fight that disagree: a bug,
 // a different build, or a cheat.
-func (p *Peer) reportMismatch(rec FightRecord, name string) {
-	p.metrics.fightMismatches.Inc()
-	p.log.Warn("fight outcome mismatch", "attacker", rec.Attacker, "defender", rec.Defender,
+func (f *fights) reportMismatch(rec FightRecord, name string) {
+	f.metrics.fightMismatches.Inc()
+	f.log.Warn("fight outcome mismatch", "attacker", rec.Attacker, "defender", rec.Defender,
 		"counter", rec.Counter, "draw", rec.Draw, "mine", rec.Mine, "theirs", rec.Theirs)
-	p.mu.Lock()
-	p.addMessage(webui.Message{Kind: "system", Text: fmt.Sprintf("Fight with %s: the two sides computed different outcomes (reported).", name)})
-	p.mu.Unlock()
+	f.msgs.notice("system", fmt.Sprintf("Fight with %s: the two sides computed different outcomes (reported).", name))
 }

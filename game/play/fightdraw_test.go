@@ -22,6 +22,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play/playpb"
+	"github.com/overworld-p2p/overworld/node/pbframe"
 )
 
 // even is a fighter whose attacks on its equal hit 60 times in a hundred
@@ -73,10 +74,10 @@ func hostileAttack(t *testing.T, ctx context.Context, h host.Host, to host.Host,
 	}
 	defer s.Close()
 	r := bufio.NewReader(s)
-	if err := writeFrame(s, NewAttack(self, them, counter, even, even), MaxFightMessageBytes); err != nil {
+	if _, err := pbframe.WriteMessage(s, NewAttack(self, them, counter, even, even), MaxFightMessageBytes); err != nil {
 		t.Fatal(err)
 	}
-	b, err := readFrame(r, MaxFightMessageBytes)
+	b, err := pbframe.Read(r, MaxFightMessageBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,10 +98,10 @@ func hostileAttack(t *testing.T, ctx context.Context, h host.Host, to host.Host,
 			nonce, best = n, res.DefenderDamage
 		}
 	}
-	if err := writeFrame(s, &playpb.Reveal{Nonce: nonce}, MaxFightMessageBytes); err != nil {
+	if _, err := pbframe.WriteMessage(s, &playpb.Reveal{Nonce: nonce}, MaxFightMessageBytes); err != nil {
 		t.Fatal(err)
 	}
-	if b, err = readFrame(r, MaxFightMessageBytes); err != nil {
+	if b, err = pbframe.Read(r, MaxFightMessageBytes); err != nil {
 		t.Fatal(err)
 	}
 	out, err := DecodeOutcome(b)
@@ -110,7 +111,7 @@ func hostileAttack(t *testing.T, ctx context.Context, h host.Host, to host.Host,
 	// It settles honestly: it is after the roll, not a mismatch.
 	draw := FightDraw(self, them, counter, nonce, out.Nonce)
 	res := game.FightOutcome(self, them, draw, even, even)
-	if err := writeFrame(s, &playpb.Settle{Result: resultOf(res)}, MaxFightMessageBytes); err != nil {
+	if _, err := pbframe.WriteMessage(s, &playpb.Settle{Result: resultOf(res)}, MaxFightMessageBytes); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.CloseWrite()

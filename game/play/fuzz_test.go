@@ -1,8 +1,6 @@
 package play
 
 import (
-	"bufio"
-	"bytes"
 	"testing"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -122,21 +120,6 @@ func FuzzDecodeWhisper(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if w, err := DecodeWhisper(b); err == nil && (w.Text == "" || w.FromName == "") {
 			t.Fatalf("accepted empty whisper %+v", w)
-		}
-	})
-}
-
-// FuzzReadFrame checks the stream framing: a frame is never longer than its
-// limit, whatever the length prefix claims.
-func FuzzReadFrame(f *testing.F) {
-	f.Add([]byte{3, 1, 2, 3}, 8)
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}, 8)
-	f.Add([]byte{}, 0)
-	f.Fuzz(func(t *testing.T, b []byte, limit int) {
-		limit = max(min(limit, 4096), 0)
-		out, err := readFrame(bufio.NewReader(bytes.NewReader(b)), limit)
-		if err == nil && len(out) > limit {
-			t.Fatalf("frame of %d bytes with limit %d", len(out), limit)
 		}
 	})
 }

@@ -2,10 +2,8 @@ package play
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -14,12 +12,10 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/game"
-	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/node"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/guard"
@@ -163,85 +159,45 @@ type ObjectStore interface {
 	Coordinator(c regions.Coord) (coordinator, replica peer.ID)
 }
 
-// Peer is one player's runtime on the overlay. It implements webui.Session.
+// Peer is one player's runtime on the overlay: a thin composition of its
+// parts (parts.go), which it builds, starts and stops in order.
 type Peer struct {
 	cfg     Config
 	n       *node.Node
 	h       host.Host
 	log     *slog.Logger
 	id      game.PlayerID
-	regions *regions.Service
-	store   ObjectStore
-	pos     *position.Service
-	acct    *accounts.Client
-	guard   *guard.Guard     // with an account: leases and tokens for regions
-	admit   *guard.Admission // with an account: token check of topic authors
-	// chatLimit bounds each author's rate on each chat topic; limitMu
-	// guards it (the validators run concurrently).
-	limitMu   sync.Mutex
-	chatLimit *position.AuthorLimiter
-	httpc     *http.Client // the account server's
-	metrics   *metrics
+	metrics *metrics
 
-	// ctx ends when Run returns (or Close is called); it bounds every
-	// goroutine the peer spawns, which wg tracks.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	closed sync.Once
-	ran    chan struct{} // closed when Run has finished its shutdown
+	services *RegionServices
+	regions  *regions.Service
+	store    ObjectStore
+	pos      *position.Service
+	admit    *guard.Admission // with an account: token check of topic authors
+	httpc    *http.Client     // the account server's
 
-	// saveMu serializes saves; unacked are the saves since the last
-	// answered one that got no answer (any may have been stored).
-	saveMu  sync.Mutex
-	unacked []accounts.Character
+	msgs    *messageLog
+	loop    *gameLoop
+	objects *objectCache
+	social  *social
+	fights  *fights
+	latency *latencyProbe
+	saves   *saves // nil without an account
+	// positions runs the position service's Run.
+	positions lifetime
 
-	mu        sync.Mutex
-	av        *Avatar
-	character accounts.Character // last loaded or saved, for its version
-	input     webui.InputLatch
-	bot       *game.Bot
-	rs        map[game.RegionCoord]*regionState
-	topics    map[game.RegionCoord]*chatTopic
-	cards     map[peer.ID]*cardEntry
-	others    []other
-	smoothers map[peer.ID]*game.Smoother
-	messages  []webui.Message
-	nextSeq   uint64
-	acting    bool // an eat or pick-up is in flight
-	fighting  bool
-	regrowing map[game.ObjectID]bool
-	attackers map[peer.ID]attackSeen
-	fights    []FightRecord
-	rule      fightRule // game.FightOutcome; tests give a peer another
-	nonces    io.Reader // fight nonces: crypto/rand; tests give a seeded one
-	latency   time.Duration
-	cardSeq   uint64
-	lastCard  cardState
-	lastCardT time.Time
-
-	// relocationsSent is the avatar's relocation count the position
-	// service last heard of; only the step goroutine touches it.
-	relocationsSent uint32
+	// quit ends Run (Close); runMu orders Run against Close: done is set
+	// when Run starts and closed when it has returned.
+	quit     chan struct{}
+	quitOnce sync.Once
+	runMu    sync.Mutex
+	done     chan struct{}
+	torn     sync.Once
 }
 
-// other is another player as this peer shows it.
-type other struct {
-	id   peer.ID
-	pos  game.Vec // smoothed, dead-reckoned
-	vel  game.Vec // units per tick
-	card *cardEntry
-}
-
-// maxMessages is how many recent messages the peer keeps for pages.
-const maxMessages = 64
-
-// maxChatAuthors bounds the chat rate limiter's table.
-const maxChatAuthors = 4096
-
-// New builds the player's runtime on n: the region service and the
-// position service, the fight and whisper protocols, and (with an Account)
-// the login and the saved character. Run starts it.
+// New builds the player's runtime on n: the avatar (restored from the
+// saved character with an Account), the region and position services, and
+// the parts of the runtime. Run starts it.
 func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 	if n == nil {
 		return nil, errors.New("play: node is nil")
@@ -250,14 +206,10 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 		return nil, fmt.Errorf("play config: %w", err)
 	}
 	p := &Peer{
-		cfg: cfg, n: n, h: n.Host(), log: cfg.Logger.With("player", cfg.Name),
-		id: game.PlayerID(n.ID().String()), ran: make(chan struct{}),
-		rs: map[game.RegionCoord]*regionState{}, topics: map[game.RegionCoord]*chatTopic{},
-		cards: map[peer.ID]*cardEntry{}, smoothers: map[peer.ID]*game.Smoother{},
-		regrowing: map[game.ObjectID]bool{}, attackers: map[peer.ID]attackSeen{},
-		rule: game.FightOutcome, nonces: rand.Reader, chatLimit: position.NewAuthorLimiter(chatEvery, chatBurst, maxChatAuthors),
+		cfg: cfg, n: n, h: n.Host(), id: game.PlayerID(n.ID().String()),
+		msgs: &messageLog{}, positions: newLifetime(), quit: make(chan struct{}),
 	}
-	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.log = cfg.Logger.With("player", cfg.Name)
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -266,36 +218,93 @@ func New(ctx context.Context, n *node.Node, cfg Config) (_ *Peer, err error) {
 	if p.metrics, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("play metrics: %w", err)
 	}
-	if p.av, err = NewAvatar(cfg.Game, p.id, cfg.Name); err != nil {
+	av, err := NewAvatar(cfg.Game, p.id, cfg.Name)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.StartRegion != nil {
-		p.av.PlaceInRegion(*cfg.StartRegion)
+		av.PlaceInRegion(*cfg.StartRegion)
 	}
-	if cfg.Bot {
-		p.bot = game.NewBot(cfg.Game, p.id, cfg.BotSeed, cfg.BotPace)
-	}
-
 	if cfg.Account != nil {
-		if err := p.login(ctx); err != nil {
+		var name string
+		p.saves, p.httpc, name, err = login(ctx, *cfg.Account, p.h.ID(), av, p.log)
+		if err != nil {
 			return nil, err
 		}
+		p.cfg.Name = name
 	}
 	rs, err := StartRegionServices(ctx, n, RegionServicesConfig{
 		World: cfg.World, Game: cfg.Game, PositionInterval: cfg.PositionInterval, Aggregate: cfg.Aggregate,
-		Summaries: cfg.Summaries, Accounts: p.acct, Logger: cfg.Logger, Registerer: cfg.Registerer, positionOptions: cfg.positionOptions,
+		Summaries: cfg.Summaries, Accounts: p.account(), Logger: cfg.Logger, Registerer: cfg.Registerer, positionOptions: cfg.positionOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("play: %w", err)
 	}
-	p.regions, p.pos, p.guard, p.admit = rs.Regions, rs.Positions, rs.Guard, rs.Admission
+	p.services, p.regions, p.pos, p.admit = rs, rs.Regions, rs.Positions, rs.Admission
 	p.store = p.regions.Client()
-
-	p.h.SetStreamHandler(protocol.ID(FightProtocol), p.handleFight)
-	p.h.SetStreamHandler(protocol.ID(WhisperProtocol), p.handleWhisper)
-	p.notice("system", "", fmt.Sprintf("Welcome, %s. Arrows/WASD move, E eats, F fights, Enter chats (\"/w name text\" whispers).", cfg.Name))
+	p.compose(av)
+	p.msgs.notice("system", fmt.Sprintf("Welcome, %s. Arrows/WASD move, E eats, F fights, Enter chats (\"/w name text\" whispers).", p.cfg.Name))
 	return p, nil
 }
+
+// compose builds the parts around the avatar and wires what each asks of
+// the others.
+func (p *Peer) compose(av *Avatar) {
+	var bot *game.Bot
+	if p.cfg.Bot {
+		bot = game.NewBot(p.cfg.Game, p.id, p.cfg.BotSeed, p.cfg.BotPace)
+	}
+	p.loop = newGameLoop(p.cfg.Game, p.id, av, bot, p.pos, p.msgs)
+	p.objects = newObjectCache(p.cfg, p.store, p.loop, p.msgs, p.metrics, p.log)
+	p.social = newSocial(p.cfg, p.h, p.n.PubSub(), p.admit, p.loop, p.msgs, p.metrics, p.log)
+	p.fights = newFights(p.cfg.Game, p.id, p.h, p.admit, p.pos, p.loop, p.social, p.msgs, p.metrics, p.log)
+	p.latency = newLatencyProbe(p.h, p.store, p.loop)
+	if p.saves != nil {
+		p.saves.loop, p.saves.every = p.loop, p.cfg.SaveEvery
+	}
+	p.loop.cards, p.loop.loaded, p.loop.nameOf = p.social.cardsOf, p.objects.loaded, p.social.nameOf
+	p.loop.act = func(in game.Input) {
+		if in.Eat || in.PickUp {
+			p.objects.tryTake(in.Eat, in.PickUp)
+		}
+		if in.Fight {
+			p.fights.tryAttack(string(in.Target))
+		}
+	}
+}
+
+// account is the logged-in account client, nil without an account.
+func (p *Peer) account() *accounts.Client {
+	if p.saves == nil {
+		return nil
+	}
+	return p.saves.acct
+}
+
+// parts lists the parts in the order they start: each after the parts it
+// calls into, the game loop, which drives the others, last. They stop in
+// the reverse order.
+func (p *Peer) parts() []part {
+	ps := []part{positionsPart{p}, p.objects, p.social, p.fights, p.latency}
+	if p.saves != nil {
+		ps = append(ps, p.saves)
+	}
+	return append(ps, p.loop)
+}
+
+// positionsPart runs the position service as a part.
+type positionsPart struct{ p *Peer }
+
+func (pp positionsPart) start() {
+	p := pp.p
+	p.positions.spawn(func() {
+		if err := p.pos.Run(p.positions.ctx); err != nil {
+			p.log.Warn("position service stopped", "err", err)
+		}
+	})
+}
+
+func (pp positionsPart) stop() { pp.p.positions.end() }
 
 // ID is the player's ID (its peer ID).
 func (p *Peer) ID() game.PlayerID { return p.id }
@@ -315,95 +324,96 @@ func (p *Peer) Regions() *regions.Service { return p.regions }
 func (p *Peer) PositionStats() position.Stats { return p.pos.Stats() }
 
 // Player returns a copy of the player's own state.
-func (p *Peer) Player() game.Player {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.av.Player()
-}
+func (p *Peer) Player() game.Player { return p.loop.player() }
 
 // Place moves the player to pos if it is open ground (demos and tests set
 // scenes with it; it is not a game action).
 func (p *Peer) Place(pos game.Vec) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.av.Place(pos)
+	var ok bool
+	p.loop.with(func(av *Avatar) { ok = av.Place(pos) })
+	return ok
 }
 
 // With runs f with the avatar while no step runs, to inspect state.
-func (p *Peer) With(f func(a *Avatar)) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	f(p.av)
-}
+func (p *Peer) With(f func(a *Avatar)) { p.loop.with(f) }
 
-// Run plays until ctx ends: the fixed-step loop, position multicast, region
-// upkeep, player cards, the latency probe and character saves. On the way
-// out it saves the character and closes the peer (not the node).
+// Loaded reports whether the peer holds region rc's objects.
+func (p *Peer) Loaded(rc game.RegionCoord) bool { return p.objects.isLoaded(rc) }
+
+// Run plays until ctx ends (or Close is called): it starts the parts
+// (the position service, the object cache, social, fights, the latency
+// probe, saves, then the game loop), and on the way out stops them in the
+// reverse order, saves the character and closes the peer (not the node).
+// A peer runs once.
 func (p *Peer) Run(ctx context.Context) error {
-	defer close(p.ran)
-	defer p.Close()
-	stop := context.AfterFunc(ctx, p.cancel)
-	defer stop()
-	p.spawn(func() {
-		if err := p.pos.Run(p.ctx); err != nil {
-			p.log.Warn("position service stopped", "err", err)
-		}
-	})
-	p.spawn(p.regionLoop)
-	p.spawn(p.cardLoop)
-	p.spawn(p.latencyLoop)
-	if p.acct != nil {
-		p.spawn(p.saveLoop)
+	p.runMu.Lock()
+	select {
+	case <-p.quit:
+		p.runMu.Unlock()
+		return errors.New("play: the peer is closed")
+	default:
 	}
-	tick := time.NewTicker(time.Second / time.Duration(p.cfg.Game.TickRate))
-	defer tick.Stop()
-	for {
-		select {
-		case <-p.ctx.Done():
-			if p.acct != nil {
-				// Generous: a whole demo saving at once queues on the
-				// account store's single writer.
-				if err := p.saveOnExit(30 * time.Second); err != nil {
-					p.log.Warn("saving the character on exit failed", "err", err)
-				} else {
-					p.log.Info("character saved")
-				}
-			}
-			return nil
-		case now := <-tick.C:
-			p.step(now)
+	if p.done != nil {
+		p.runMu.Unlock()
+		return errors.New("play: the peer runs already")
+	}
+	p.done = make(chan struct{})
+	p.runMu.Unlock()
+	defer close(p.done)
+	defer p.teardown()
+	parts := p.parts()
+	for _, pt := range parts {
+		pt.start()
+	}
+	select {
+	case <-ctx.Done():
+	case <-p.quit:
+	}
+	for i := len(parts) - 1; i >= 0; i-- {
+		parts[i].stop()
+	}
+	if p.saves != nil {
+		// Generous: a whole demo saving at once queues on the account
+		// store's single writer.
+		if err := p.saves.saveOnExit(30 * time.Second); err != nil {
+			p.log.Warn("saving the character on exit failed", "err", err)
+		} else {
+			p.log.Info("character saved")
 		}
 	}
+	return nil
 }
 
-// Close stops the peer's goroutines, protocols and services; the node stays
-// up. Run calls it on the way out; it is safe to call more than once.
+// Close ends Run, if it runs, and waits for it: the parts stop, the
+// character is saved, the region services close. Without Run it closes
+// the peer itself. The node stays up. Safe more than once, and on a peer
+// New could not finish.
 func (p *Peer) Close() error {
-	p.closed.Do(func() {
-		p.cancel()
-		p.h.RemoveStreamHandler(protocol.ID(FightProtocol))
-		p.h.RemoveStreamHandler(protocol.ID(WhisperProtocol))
-		p.wg.Wait()
-		p.mu.Lock()
-		topics := p.topics
-		p.topics = map[game.RegionCoord]*chatTopic{}
-		for _, st := range p.rs {
-			if st.sub != nil {
-				st.sub.Close()
+	p.quitOnce.Do(func() { close(p.quit) })
+	p.runMu.Lock()
+	done := p.done
+	p.runMu.Unlock()
+	if done != nil {
+		<-done
+		return nil
+	}
+	p.teardown()
+	return nil
+}
+
+// teardown stops the parts, then the region services: the region service,
+// the admission (after the topics), the guard (which releases the
+// leases).
+func (p *Peer) teardown() {
+	p.torn.Do(func() {
+		if p.loop != nil {
+			parts := p.parts()
+			for i := len(parts) - 1; i >= 0; i-- {
+				parts[i].stop()
 			}
 		}
-		p.mu.Unlock()
-		for rc, t := range topics {
-			p.leaveTopic(rc, t)
-		}
-		if p.regions != nil {
-			p.regions.Close()
-		}
-		if p.admit != nil {
-			p.admit.Close() // after the topics and the position service
-		}
-		if p.guard != nil {
-			p.guard.Close() // after the region service: releases the leases
+		if p.services != nil {
+			p.services.Close()
 		}
 		if p.httpc != nil {
 			// A request cancelled while dialing leaves a connection the
@@ -411,202 +421,16 @@ func (p *Peer) Close() error {
 			p.httpc.CloseIdleConnections()
 		}
 	})
-	return nil
 }
 
-// spawn runs f on a goroutine that Close waits for.
-func (p *Peer) spawn(f func()) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		f()
-	}()
-}
-
-// step is one tick of the fixed-step loop.
-func (p *Peer) step(now time.Time) {
-	seen := p.pos.View(now)
-	p.mu.Lock()
-	p.updateOthers(seen)
-	in := p.input.Take().GameInput(p.id)
-	if p.bot != nil {
-		in = p.bot.Next(p.observe())
-	}
-	for _, e := range p.av.Step(in.MoveX, in.MoveY) {
-		p.describe(e)
-	}
-	var jobs []func()
-	if in.Eat || in.PickUp {
-		if e, ok := p.planTake(in.Eat, in.PickUp); ok {
-			jobs = append(jobs, func() {
-				ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
-				defer cancel()
-				_, _ = p.take(ctx, e)
-			})
-		}
-	}
-	if in.Fight {
-		if target, counter, ok := p.planFight(string(in.Target)); ok {
-			jobs = append(jobs, func() {
-				ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
-				defer cancel()
-				_, _ = p.attack(ctx, target, counter)
-			})
-		}
-	}
-	self := p.av.Player()
-	relocations := p.av.Relocations()
-	p.mu.Unlock()
-	if relocations != p.relocationsSent {
-		p.relocationsSent = relocations
-		p.pos.Relocate(position.Vec{X: self.Pos.X, Y: self.Pos.Y})
-	}
-	tr := p.cfg.Game.TickRate
-	p.pos.Move(position.Vec{X: self.Pos.X, Y: self.Pos.Y}, position.Vec{X: self.Vel.X * int32(tr), Y: self.Vel.Y * int32(tr)})
-	for _, j := range jobs {
-		p.spawn(j)
-	}
-}
-
-// updateOthers refreshes the smoothed view of other players from the
-// position service's dead-reckoned view. Caller holds p.mu.
-func (p *Peer) updateOthers(seen []position.Seen) {
-	p.others = p.others[:0]
-	keep := make(map[peer.ID]bool, len(seen))
-	tr := int32(p.cfg.Game.TickRate)
-	for _, s := range seen {
-		sm := p.smoothers[s.Player]
-		if sm == nil {
-			sm = game.NewSmoother()
-			p.smoothers[s.Player] = sm
-		}
-		keep[s.Player] = true
-		shown := sm.Update(game.Vec{X: s.Pos.X, Y: s.Pos.Y})
-		p.others = append(p.others, other{
-			id: s.Player, pos: shown, vel: game.Vec{X: s.Vel.X / tr, Y: s.Vel.Y / tr}, card: p.cards[s.Player],
-		})
-	}
-	for id := range p.smoothers {
-		if !keep[id] {
-			delete(p.smoothers, id)
-		}
-	}
-}
-
-// observe builds the bot's observation. Caller holds p.mu.
-func (p *Peer) observe() game.BotObservation {
-	const sight = 8 * game.TileUnits
-	self := p.av.Player()
-	obs := game.BotObservation{Tick: p.av.Tick(), Self: self}
-	if e, ok := p.av.Nearest(game.ObjectFood, sight, p.loadedLocked); ok {
-		obs.Food, obs.HasFood = e.Pos, true
-	}
-	if e, ok := p.av.Nearest(game.ObjectHealthPack, sight, p.loadedLocked); ok {
-		obs.Pack, obs.HasPack = e.Pos, true
-	}
-	best := int64(-1)
-	for _, o := range p.others {
-		if o.card != nil && !o.card.Alive {
-			continue
-		}
-		if d := game.DistSq(self.Pos, o.pos); d <= sight*sight && (best < 0 || d < best) {
-			best, obs.Opponent, obs.HasOpponent = d, o.pos, true
-		}
-	}
-	return obs
-}
-
-// notice appends a message for the pages. Caller holds p.mu.
-func (p *Peer) notice(kind, from, text string) {
-	p.addMessage(webui.Message{Kind: kind, From: from, Text: text})
-}
-
-func (p *Peer) addMessage(m webui.Message) {
-	p.nextSeq++
-	m.Seq = p.nextSeq
-	p.messages = append(p.messages, m)
-	if len(p.messages) > maxMessages {
-		p.messages = append(p.messages[:0], p.messages[len(p.messages)-maxMessages:]...)
-	}
-}
-
-// Messages returns the recent messages (chat, whispers, notices).
-func (p *Peer) Messages() []webui.Message {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]webui.Message(nil), p.messages...)
-}
-
-// describe turns an avatar event into a notice. Caller holds p.mu.
-func (p *Peer) describe(e game.Event) {
-	switch e.Kind {
-	case game.EventDied:
-		if e.Other != "" {
-			p.notice("event", "", fmt.Sprintf("You were defeated by %s.", p.nameOf(peer.ID(e.Other))))
-		} else {
-			p.notice("event", "", "You starved.")
-		}
-	case game.EventRespawned:
-		p.notice("event", "", "You are back on your feet.")
-	case game.EventRegionChanged:
-		p.notice("event", "", fmt.Sprintf("Entered region %s.", e.To))
-	}
-}
-
-// nameOf is a player's display name as its card gives it, else the end of
-// its peer ID. Caller holds p.mu.
-func (p *Peer) nameOf(id peer.ID) string {
-	if c := p.cards[id]; c != nil {
-		return c.Name
-	}
-	return shortID(id)
-}
-
-// shortID is the last six characters of a peer ID, as the status line and
-// unnamed players show it.
-func shortID(id peer.ID) string {
-	s := id.String()
-	return s[max(len(s)-6, 0):]
-}
-
-// Snapshot implements webui.Session.
-func (p *Peer) Snapshot() webui.View {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	w := p.av.World()
-	self := p.av.Player()
-	here := w.RegionOf(self.Pos)
-	v := webui.View{
-		Tick:     p.av.Tick(),
-		Self:     webui.PlayerViewOf(self),
-		World:    webui.WorldInfoOf(p.cfg.Game),
-		Messages: append([]webui.Message(nil), p.messages...),
-	}
-	for _, rc := range w.Neighbours(here) {
-		v.Regions = append(v.Regions, webui.RegionRef{X: rc.X, Y: rc.Y, Revision: 1})
-		if !p.loadedLocked(rc) {
-			continue
-		}
-		for _, e := range w.Objects(rc) {
-			if e.Object.Amount > 0 {
-				v.Objects = append(v.Objects, webui.ObjectViewOf(e))
-			}
-		}
-	}
-	for _, o := range p.others {
-		pv := webui.PlayerView{
-			ID: o.id.String(), Name: shortID(o.id), X: o.pos.X, Y: o.pos.Y, VX: o.vel.X, VY: o.vel.Y,
-			Health: game.MaxHealth, Skill: 1, Alive: true,
-		}
-		if c := o.card; c != nil {
-			pv.Name, pv.Health, pv.Hunger, pv.Score, pv.Skill, pv.Alive = c.Name, c.Health, c.Hunger, c.Score, c.Skill, c.Alive
-		}
-		v.Players = append(v.Players, pv)
-	}
+// Snapshot is the player's view now.
+func (p *Peer) Snapshot() View {
+	v := View{Messages: p.msgs.all()}
+	here := p.loop.view(&v, p.objects.loaded())
 	coord, _ := p.store.Coordinator(coordOf(here))
-	v.Status = webui.Status{
+	v.Status = Status{
 		Mode: "p2p", Peers: len(p.h.Network().Peers()), Region: here.String(),
-		Coordinator: shortID(coord), LatencyMs: int(p.latency.Milliseconds()),
+		Coordinator: shortID(coord), LatencyMs: int(p.latency.latency().Milliseconds()),
 	}
 	if coord == p.h.ID() {
 		v.Status.Coordinator = "you"
@@ -614,24 +438,51 @@ func (p *Peer) Snapshot() webui.View {
 	return v
 }
 
-// Map implements webui.Session.
-func (p *Peer) Map(rc game.RegionCoord) (webui.MapView, bool) {
-	p.mu.Lock()
-	w := p.av.World()
-	p.mu.Unlock()
-	m := w.Map(rc) // terrain is immutable and safe to read concurrently
-	if m == nil {
-		return webui.MapView{}, false
-	}
-	return webui.NewMapView(m, 1), true
+// Map is the terrain of region rc (nil outside the world). Terrain never
+// changes.
+func (p *Peer) Map(rc game.RegionCoord) *game.RegionMap { return p.loop.terrain().Map(rc) }
+
+// Input takes the client's input for the next ticks: the direction is held
+// until changed; eat, pick-up and fight happen on the next tick. A bot
+// ignores it.
+func (p *Peer) Input(in game.Input) error { return p.loop.setInput(in) }
+
+// Chat says a line to everyone in the player's region, or, with to set,
+// whispers it to the player of that name or peer ID.
+func (p *Peer) Chat(text, to string) error { return p.social.chat(text, to) }
+
+// Whisper sends a private line to the player named to (a name or a peer
+// ID) over a direct stream and waits for its acknowledgement.
+func (p *Peer) Whisper(ctx context.Context, to, text string) error {
+	return p.social.whisper(ctx, to, text)
 }
 
-// Input implements webui.Session: the direction is held until changed; eat
-// and fight happen on the next tick. A bot ignores it.
-func (p *Peer) Input(c webui.Control) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.input.Apply(c)
+// Messages returns the recent messages (chat, whispers, notices).
+func (p *Peer) Messages() []Message { return p.msgs.all() }
+
+// Attack fights the player target now if it is in range (the F key does
+// the same on the next tick).
+func (p *Peer) Attack(ctx context.Context, target game.PlayerID) (FightRecord, error) {
+	o, counter, ok := p.fights.plan(string(target))
+	if !ok {
+		return FightRecord{}, fmt.Errorf("attack %s: not in range, dead, busy or cooling down", target)
+	}
+	return p.fights.attack(ctx, o, counter)
+}
+
+// Fights returns the recent fights this peer took part in, oldest first.
+func (p *Peer) Fights() []FightRecord { return p.fights.list() }
+
+// EatNearest eats one unit of the nearest food in reach, now, through the
+// region's coordinator (the E key does the same on the next tick).
+func (p *Peer) EatNearest(ctx context.Context) (TakeResult, error) { return p.objects.eatNearest(ctx) }
+
+// Save stores the character on the account server now.
+func (p *Peer) Save(ctx context.Context) error {
+	if p.saves == nil {
+		return errors.New("save: not logged in")
+	}
+	return p.saves.save(ctx)
 }
 
 func coordOf(rc game.RegionCoord) regions.Coord { return regions.Coord{X: rc.X, Y: rc.Y} }

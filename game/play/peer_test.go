@@ -16,7 +16,6 @@ import (
 
 	"github.com/overworld-p2p/overworld/bootstrap"
 	"github.com/overworld-p2p/overworld/game"
-	"github.com/overworld-p2p/overworld/game/webui"
 	"github.com/overworld-p2p/overworld/node"
 )
 
@@ -133,13 +132,13 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // sees reports whether p's view lists the player id with a card.
-func sees(p *Peer, id game.PlayerID) (webui.PlayerView, bool) {
+func sees(p *Peer, id game.PlayerID) (PlayerView, bool) {
 	for _, o := range p.Snapshot().Players {
 		if o.ID == string(id) && !strings.HasPrefix(o.Name, "…") {
 			return o, true
 		}
 	}
-	return webui.PlayerView{}, false
+	return PlayerView{}, false
 }
 
 func hasMessage(p *Peer, kind, from, text string) bool {

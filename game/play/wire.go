@@ -1,13 +1,9 @@
 package play
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"unicode/utf8"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -15,7 +11,6 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play/playpb"
-	"github.com/overworld-p2p/overworld/game/webui"
 )
 
 // Protocol IDs and topic suffix of the player runtime.
@@ -34,40 +29,6 @@ const (
 	MaxWhisperMessageBytes = 1024
 	maxPeerIDBytes         = 64
 )
-
-// writeFrame writes m as a uvarint length and the protobuf bytes.
-func writeFrame(w io.Writer, m proto.Message, limit int) error {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("encode %T: %w", m, err)
-	}
-	if len(b) > limit {
-		return fmt.Errorf("encode %T: %d bytes, limit %d", m, len(b), limit)
-	}
-	buf := binary.AppendUvarint(make([]byte, 0, len(b)+binary.MaxVarintLen32), uint64(len(b)))
-	_, err = w.Write(append(buf, b...))
-	return err
-}
-
-// readFrame reads one length-prefixed frame of at most limit bytes. The
-// buffer grows with the bytes that arrive, not with the length the peer
-// announces: a peer that announces a frame and sends nothing costs
-// nothing.
-func readFrame(r *bufio.Reader, limit int) ([]byte, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, fmt.Errorf("read frame length: %w", err)
-	}
-	if n > uint64(limit) {
-		return nil, fmt.Errorf("frame of %d bytes, limit %d", n, limit)
-	}
-	var buf bytes.Buffer
-	got, err := io.CopyN(&buf, r, int64(n))
-	if err != nil {
-		return nil, fmt.Errorf("read frame: %d of %d bytes: %w", got, n, err)
-	}
-	return buf.Bytes(), nil
-}
 
 func checkFighter(what string, f *playpb.Fighter) error {
 	switch {
@@ -215,7 +176,7 @@ func DecodeSocial(b []byte, cfg game.Config) (*playpb.Social, error) {
 	switch body := m.Body.(type) {
 	case *playpb.Social_Chat:
 		c := body.Chat
-		err = errors.Join(checkPeerID(c.Sender), game.ValidateName(c.Name), webui.ValidateChat(c.Text, ""), checkRegion(c.RegionX, c.RegionY, cfg))
+		err = errors.Join(checkPeerID(c.Sender), game.ValidateName(c.Name), game.ValidateChat(c.Text), checkRegion(c.RegionX, c.RegionY, cfg))
 	case *playpb.Social_Card:
 		c := body.Card
 		err = errors.Join(checkPeerID(c.Player), game.ValidateName(c.Name), checkRegion(c.RegionX, c.RegionY, cfg))
@@ -251,7 +212,7 @@ func DecodeWhisper(b []byte) (*playpb.Whisper, error) {
 	if err := proto.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("decode whisper: %w", err)
 	}
-	if err := errors.Join(game.ValidateName(m.FromName), webui.ValidateChat(m.Text, "")); err != nil {
+	if err := errors.Join(game.ValidateName(m.FromName), game.ValidateChat(m.Text)); err != nil {
 		return nil, fmt.Errorf("decode whisper: %w", err)
 	}
 	return &m, nil

@@ -2,14 +2,16 @@
 // canvas, a chat box and a minimap, in plain JavaScript embedded in the
 // binary) and the WebSocket endpoint it talks to.
 //
-// Data flow: the peer implements Session. For every connected page the
-// Server polls Session.Snapshot about a dozen times a second and pushes the
-// View as a JSON "view" frame, adding the tile maps the page has not seen
-// yet (Session.Map) and only the chat lines it has not received. The page
-// sends back "input" frames (held direction, eat, fight) and "chat" frames;
-// the server bounds and validates each before calling Session.Input or
-// Session.Chat. LocalSession implements Session over a local game.World, for
-// single-player demos and tests.
+// Data flow: a Session gives the page its view: PeerSession over a P2P
+// player's runtime (game/play, which knows nothing of the page),
+// node/mirror's PageSession in mirror mode, LocalSession over a local
+// game.World for single-player demos and tests. For every connected page
+// the Server polls Session.Snapshot about a dozen times a second and
+// pushes the View as a JSON "view" frame, adding the tile maps the page
+// has not seen yet (Session.Map) and only the chat lines it has not
+// received. The page sends back "input" frames (held direction, eat,
+// fight) and "chat" frames; the server bounds and validates each before
+// calling Session.Input or Session.Chat.
 package webui
 
 import (
@@ -146,7 +148,7 @@ type Control struct {
 // Limits on what a page may send.
 const (
 	// MaxChatRunes bounds a chat line.
-	MaxChatRunes = 200
+	MaxChatRunes = game.MaxChatRunes
 	// MaxTargetLen bounds a target or recipient name.
 	MaxTargetLen = game.MaxPlayerIDLen
 )
@@ -204,22 +206,15 @@ func (c Control) GameInput(id game.PlayerID) game.Input {
 	}
 }
 
-// ValidateChat checks a chat line and recipient: non-blank text of at most
-// MaxChatRunes runes without control characters.
+// ValidateChat checks a chat line and recipient: the line by the game's
+// rule (game.ValidateChat), the recipient UTF-8 of at most MaxTargetLen
+// bytes.
 func ValidateChat(text, to string) error {
-	if strings.TrimSpace(text) == "" {
-		return errors.New("empty chat line")
+	if err := game.ValidateChat(text); err != nil {
+		return err
 	}
-	if !utf8.ValidString(text) || !utf8.ValidString(to) {
+	if !utf8.ValidString(to) {
 		return errors.New("chat is not UTF-8")
-	}
-	if n := utf8.RuneCountInString(text); n > MaxChatRunes {
-		return fmt.Errorf("chat line of %d characters, limit %d", n, MaxChatRunes)
-	}
-	for _, r := range text {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("chat line contains control character %U", r)
-		}
 	}
 	if len(to) > MaxTargetLen {
 		return fmt.Errorf("recipient of %d bytes, limit %d", len(to), MaxTargetLen)

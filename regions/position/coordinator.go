@@ -17,6 +17,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/pbframe"
 	"github.com/overworld-p2p/overworld/regions"
 )
 
@@ -65,7 +66,7 @@ func (s *Service) handleStream(st network.Stream) {
 			}
 			s.count.joinsSeen.Add(1)
 			_ = st.SetWriteDeadline(time.Now().Add(streamTimeout))
-			n, err := writeDelimitedN(st, s.register(c, remote))
+			n, err := pbframe.WriteMessage(st, s.register(c, remote), maxMembersBytes)
 			s.count.streamOut.Add(uint64(n))
 			if err != nil {
 				_ = st.Reset()
@@ -304,7 +305,7 @@ func (s *Service) join(ctx context.Context, coord peer.ID, c regions.Coord) (*Me
 	}
 	own := s.ownRegion()
 	join := &Join{RegionX: int32(c.X), RegionY: int32(c.Y), Member: own == c}
-	n, err := writeDelimitedN(st, &StreamMessage{Body: &StreamMessage_Join{Join: join}})
+	n, err := pbframe.WriteMessage(st, &StreamMessage{Body: &StreamMessage_Join{Join: join}}, maxStreamMessageBytes)
 	s.count.streamOut.Add(uint64(n))
 	if err != nil {
 		_ = st.Reset()
@@ -458,7 +459,7 @@ func (s *Service) sendUplink(ctx context.Context, own regions.Coord, u *Update) 
 		s.uplink = &uplink{s: s, peer: e.id, stream: st}
 	}
 	_ = s.uplink.stream.SetWriteDeadline(time.Now().Add(streamTimeout))
-	n, err := writeDelimitedN(s.uplink.stream, &StreamMessage{Body: &StreamMessage_Update{Update: u}})
+	n, err := pbframe.WriteMessage(s.uplink.stream, &StreamMessage{Body: &StreamMessage_Update{Update: u}}, maxStreamMessageBytes)
 	s.count.streamOut.Add(uint64(n))
 	if err != nil {
 		s.untrack(s.uplink.stream)

@@ -207,12 +207,12 @@ func (s *Service) refreshCoordinators(now time.Time) {
 	s.topicMu.Lock()
 	regs := make([]regions.Coord, 0, len(s.topics)+len(s.sumTopics))
 	for c, rt := range s.topics {
-		if rt.sub != nil {
+		if rt.m.Subscribed() {
 			regs = append(regs, c)
 		}
 	}
 	for c, rt := range s.sumTopics {
-		if rt.sub != nil && !subscribed(s.topics[c]) {
+		if rt.m.Subscribed() && !subscribed(s.topics[c]) {
 			regs = append(regs, c)
 		}
 	}

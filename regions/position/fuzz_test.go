@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/overworld-p2p/overworld/node/pbframe"
 )
 
 func FuzzDecodeEnvelope(f *testing.F) {
@@ -42,10 +44,10 @@ func FuzzDecodeEnvelope(f *testing.F) {
 
 func FuzzStreamMessages(f *testing.F) {
 	var buf bytes.Buffer
-	_ = writeDelimited(&buf, &StreamMessage{Body: &StreamMessage_Join{Join: &Join{RegionX: 1}}})
+	_, _ = pbframe.WriteMessage(&buf, &StreamMessage{Body: &StreamMessage_Join{Join: &Join{RegionX: 1}}}, maxStreamMessageBytes)
 	f.Add(buf.Bytes())
 	buf.Reset()
-	_ = writeDelimited(&buf, &Members{Members: []*Member{{Id: []byte("\x00\x04abcd")}}})
+	_, _ = pbframe.WriteMessage(&buf, &Members{Members: []*Member{{Id: []byte("\x00\x04abcd")}}}, maxMembersBytes)
 	f.Add(buf.Bytes())
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/node"
 	"github.com/overworld-p2p/overworld/regions"
+	"github.com/overworld-p2p/overworld/regions/topic"
 )
 
 // CandidateFunc returns peers that may coordinate the region with the given
@@ -139,10 +140,8 @@ type Service struct {
 }
 
 type regionTopic struct {
-	topic  *pubsub.Topic
-	sub    *pubsub.Subscription
-	cancel context.CancelFunc
-	until  time.Time // zero while needed; else unsubscribe after
+	m     *topic.Membership
+	until time.Time // zero while needed; else unsubscribe after
 }
 
 type seenPlayer struct {
@@ -307,29 +306,28 @@ func (s *Service) resetStreams() {
 	}
 }
 
+// shutdown leaves the topics and closes the uplink. The read loops are
+// waited for outside both locks: they take s.mu.
 func (s *Service) shutdown() {
 	s.topicMu.Lock()
-	defer s.topicMu.Unlock()
-	s.mu.Lock()
-	var subs []*pubsub.Subscription
+	var left []*topic.Membership
 	for _, ts := range []map[regions.Coord]*regionTopic{s.topics, s.sumTopics} {
 		for _, rt := range ts {
-			if rt.sub != nil {
-				rt.cancel()
-				subs = append(subs, rt.sub)
-				rt.sub = nil
-			}
+			left = append(left, rt.m)
 		}
+		clear(ts)
 	}
+	s.topicMu.Unlock()
+	s.mu.Lock()
 	if s.uplink != nil {
 		s.uplink.close()
 		s.uplink = nil
 	}
 	s.mu.Unlock()
-	// Cancel waits for the pubsub loop; not under s.mu, which the
-	// validators need meanwhile.
-	for _, sub := range subs {
-		sub.Cancel()
+	for _, m := range left {
+		if err := m.Leave(); err != nil {
+			s.log.Debug("leave position topic", "topic", m.Name(), "err", err)
+		}
 	}
 }
 
@@ -421,7 +419,7 @@ func (s *Service) publishTo(ctx context.Context, c regions.Coord, summary bool, 
 		s.log.Warn("join position topic", "region", c, "err", err)
 		return
 	}
-	if err := rt.topic.Publish(ctx, data); err != nil && ctx.Err() == nil {
+	if err := rt.m.Publish(ctx, data); err != nil && ctx.Err() == nil {
 		s.log.Warn("publish position", "region", c, "err", err)
 	}
 }
@@ -435,26 +433,19 @@ func (s *Service) joinTopic(c regions.Coord) (*regionTopic, error) {
 
 // joinTopicOf is joinTopic for the position topic or the summary topic.
 func (s *Service) joinTopicOf(c regions.Coord, summary bool) (*regionTopic, error) {
-	topics, name := s.topics, Topic(s.cfg.World, c)
+	joined, name := s.topics, Topic(s.cfg.World, c)
 	if summary {
-		topics, name = s.sumTopics, SummaryTopic(s.cfg.World, c, s.cfg.Summaries)
+		joined, name = s.sumTopics, SummaryTopic(s.cfg.World, c, s.cfg.Summaries)
 	}
-	if rt, ok := topics[c]; ok {
+	if rt, ok := joined[c]; ok {
 		return rt, nil
 	}
-	if err := s.ps.RegisterTopicValidator(name, s.validator(c, summary), pubsub.WithValidatorInline(true)); err != nil {
-		return nil, fmt.Errorf("validator for %s: %w", name, err)
-	}
-	t, err := s.ps.Join(name)
+	m, err := topic.Join(topic.Config{PubSub: s.ps, Name: name, Validate: s.validator(c, summary), Inline: true, Score: TopicScoreParams()})
 	if err != nil {
-		_ = s.ps.UnregisterTopicValidator(name)
-		return nil, fmt.Errorf("join %s: %w", name, err)
+		return nil, err
 	}
-	if err := t.SetScoreParams(TopicScoreParams()); err != nil {
-		s.log.Debug("topic scoring not set", "topic", name, "err", err)
-	}
-	rt := &regionTopic{topic: t}
-	topics[c] = rt
+	rt := &regionTopic{m: m}
+	joined[c] = rt
 	return rt, nil
 }
 
@@ -485,19 +476,14 @@ func (s *Service) updateSubscriptions(ctx context.Context, now time.Time, pos Ve
 			continue
 		}
 		rt.until = time.Time{}
-		if rt.sub != nil {
+		if rt.m.Subscribed() {
 			continue
 		}
-		sub, err := rt.topic.Subscribe(pubsub.WithBufferSize(256))
-		if err != nil {
+		if err := rt.m.Subscribe(ctx, 256, s.deliver); err != nil {
 			s.log.Warn("subscribe position topic", "region", c, "err", err)
 			continue
 		}
-		subCtx, cancel := context.WithCancel(ctx)
-		rt.sub, rt.cancel = sub, cancel
 		joined = append(joined, c)
-		s.wg.Add(1)
-		go s.readLoop(subCtx, sub)
 	}
 	left = append(left, s.lingerOut(s.topics, need, now)...)
 	sj, sl := s.updateSummarySubscriptions(ctx, now, summarised)
@@ -510,56 +496,48 @@ func (s *Service) updateSubscriptions(ctx context.Context, now time.Time, pos Ve
 	})
 }
 
-func subscribed(rt *regionTopic) bool { return rt != nil && rt.sub != nil }
+func subscribed(rt *regionTopic) bool { return rt != nil && rt.m.Subscribed() }
 
 // lingerOut unsubscribes from the topics of ts not needed for Linger and
 // returns their regions. Called with s.topicMu held.
 func (s *Service) lingerOut(ts map[regions.Coord]*regionTopic, need map[regions.Coord]bool, now time.Time) []regions.Coord {
 	var left []regions.Coord
 	for c, rt := range ts {
-		if need[c] || rt.sub == nil {
+		if need[c] || !rt.m.Subscribed() {
 			continue
 		}
 		if rt.until.IsZero() {
 			rt.until = now.Add(s.cfg.Linger)
 		} else if now.After(rt.until) {
-			rt.cancel()
-			rt.sub.Cancel()
-			rt.sub = nil
+			rt.m.Unsubscribe()
 			left = append(left, c)
 		}
 	}
 	return left
 }
 
-// readLoop delivers a subscription's validated messages.
-func (s *Service) readLoop(ctx context.Context, sub *pubsub.Subscription) {
-	defer s.wg.Done()
-	for {
-		msg, err := sub.Next(ctx)
-		if err != nil {
-			return
+// deliver takes one validated message of a position or summary topic
+// into the view.
+func (s *Service) deliver(msg *pubsub.Message) {
+	// This player's own updates carry no accepted entries; its own
+	// batches (as a coordinator) carry the other players'.
+	accepted, _ := msg.ValidatorData.(accepted)
+	now := s.cfg.Now()
+	s.mu.Lock()
+	for _, u := range accepted.updates {
+		id := peer.ID(u.Player)
+		if old, ok := s.view[id]; !ok || old.u.GetSeq() < u.GetSeq() {
+			s.view[id] = &seenPlayer{u: u, arrived: now}
 		}
-		// This player's own updates carry no accepted entries; its own
-		// batches (as a coordinator) carry the other players'.
-		accepted, _ := msg.ValidatorData.(accepted)
-		now := s.cfg.Now()
-		s.mu.Lock()
-		for _, u := range accepted.updates {
-			id := peer.ID(u.Player)
-			if old, ok := s.view[id]; !ok || old.u.GetSeq() < u.GetSeq() {
-				s.view[id] = &seenPlayer{u: u, arrived: now}
-			}
-		}
-		s.mu.Unlock()
-		for _, u := range accepted.updates {
-			s.count.delivered.Add(1)
-			if s.onDeliver != nil {
-				s.onDeliver(Delivery{
-					Player: peer.ID(u.Player), Region: coordOf(u.RegionX, u.RegionY), Seq: u.Seq,
-					Sent: time.UnixMicro(u.SentUnixMicro), Arrived: now, Batched: accepted.batched, Summary: accepted.summary,
-				})
-			}
+	}
+	s.mu.Unlock()
+	for _, u := range accepted.updates {
+		s.count.delivered.Add(1)
+		if s.onDeliver != nil {
+			s.onDeliver(Delivery{
+				Player: peer.ID(u.Player), Region: coordOf(u.RegionX, u.RegionY), Seq: u.Seq,
+				Sent: time.UnixMicro(u.SentUnixMicro), Arrived: now, Batched: accepted.batched, Summary: accepted.summary,
+			})
 		}
 	}
 }

@@ -405,19 +405,14 @@ func (s *Service) updateSummarySubscriptions(ctx context.Context, now time.Time,
 			continue
 		}
 		rt.until = time.Time{}
-		if rt.sub != nil {
+		if rt.m.Subscribed() {
 			continue
 		}
-		sub, err := rt.topic.Subscribe(pubsub.WithBufferSize(256))
-		if err != nil {
+		if err := rt.m.Subscribe(ctx, 256, s.deliver); err != nil {
 			s.log.Warn("subscribe summary topic", "region", c, "err", err)
 			continue
 		}
-		subCtx, cancel := context.WithCancel(ctx)
-		rt.sub, rt.cancel = sub, cancel
 		joined = append(joined, c)
-		s.wg.Add(1)
-		go s.readLoop(subCtx, sub)
 	}
 	return joined, s.lingerOut(s.sumTopics, need, now)
 }

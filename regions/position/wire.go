@@ -2,7 +2,6 @@ package position
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/overworld-p2p/overworld/node/pbframe"
 	"github.com/overworld-p2p/overworld/regions"
 )
 
@@ -72,27 +72,6 @@ func checkUpdate(u *Update) error {
 
 func coordOf(x, y int32) regions.Coord { return regions.Coord{X: int(x), Y: int(y)} }
 
-// writeDelimited writes m with a uvarint length prefix.
-func writeDelimited(w io.Writer, m proto.Message) error {
-	_, err := writeDelimitedN(w, m)
-	return err
-}
-
-// writeDelimitedN is writeDelimited that also says how many bytes it wrote.
-func writeDelimitedN(w io.Writer, m proto.Message) (int, error) {
-	data, err := proto.Marshal(m)
-	if err != nil {
-		return 0, fmt.Errorf("encode %T: %w", m, err)
-	}
-	buf := binary.AppendUvarint(make([]byte, 0, len(data)+binary.MaxVarintLen64), uint64(len(data)))
-	buf = append(buf, data...)
-	n, err := w.Write(buf)
-	if err != nil {
-		return n, fmt.Errorf("write %T: %w", m, err)
-	}
-	return n, nil
-}
-
 // countingReader counts the bytes read through it.
 type countingReader struct {
 	r io.Reader
@@ -105,30 +84,10 @@ func (c countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// readDelimited reads one length-prefixed message of at most limit bytes
-// into m.
-func readDelimited(r *bufio.Reader, limit int, m proto.Message) error {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return err
-	}
-	if n > uint64(limit) {
-		return fmt.Errorf("%T of %d bytes: limit %d", m, n, limit)
-	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return fmt.Errorf("read %T: %w", m, err)
-	}
-	if err := proto.Unmarshal(buf, m); err != nil {
-		return fmt.Errorf("decode %T: %w", m, err)
-	}
-	return nil
-}
-
 // decodeStreamMessage reads and checks one player -> coordinator message.
 func decodeStreamMessage(r *bufio.Reader) (*StreamMessage, error) {
 	var m StreamMessage
-	if err := readDelimited(r, maxStreamMessageBytes, &m); err != nil {
+	if err := pbframe.ReadMessage(r, maxStreamMessageBytes, &m); err != nil {
 		return nil, err
 	}
 	switch b := m.Body.(type) {
@@ -146,7 +105,7 @@ func decodeStreamMessage(r *bufio.Reader) (*StreamMessage, error) {
 // decodeMembers reads and checks a rendezvous answer.
 func decodeMembers(r *bufio.Reader) (*Members, error) {
 	var m Members
-	if err := readDelimited(r, maxMembersBytes, &m); err != nil {
+	if err := pbframe.ReadMessage(r, maxMembersBytes, &m); err != nil {
 		return nil, err
 	}
 	if len(m.GetMembers()) > MaxMembers {
