@@ -20,11 +20,12 @@ import (
 // most 256 bytes in flight and waits a full latency for each further chunk,
 // so a gossipsub stream at 100 ms carries a few kilobytes per second and
 // updates pile up for seconds. mocknet links here have no latency; this
-// wrapper adds it. It also counts the bytes each node writes and reads on
-// its streams.
+// wrapper adds it. It also links peers on first contact (see linker) and
+// counts the bytes each node writes and reads on its streams.
 type latencyHost struct {
 	host.Host
 	latency func(remote peer.ID) time.Duration
+	links   *linker
 	stop    chan struct{}
 	once    sync.Once
 
@@ -42,8 +43,8 @@ type latencyHost struct {
 	workloadOut, workloadIn atomic.Uint64
 }
 
-func newLatencyHost(h host.Host, latency func(peer.ID) time.Duration) *latencyHost {
-	return &latencyHost{Host: h, latency: latency, stop: make(chan struct{}), streams: map[*latencyStream]struct{}{}}
+func newLatencyHost(h host.Host, latency func(peer.ID) time.Duration, links *linker) *latencyHost {
+	return &latencyHost{Host: h, latency: latency, links: links, stop: make(chan struct{}), streams: map[*latencyStream]struct{}{}}
 }
 
 // wrap adds latency to s and tracks it; on a closed host it resets s and
@@ -80,7 +81,25 @@ func (h *latencyHost) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID)
 	h.Host.SetStreamHandlerMatch(pid, m, func(s network.Stream) { handler(h.wrap(s)) })
 }
 
+// link makes sure this host's network has a link to p before a dial.
+func (h *latencyHost) link(p peer.ID) error {
+	if h.links == nil || h.Network().Connectedness(p) == network.Connected {
+		return nil
+	}
+	return h.links.ensure(h.ID(), p)
+}
+
+func (h *latencyHost) Connect(ctx context.Context, ai peer.AddrInfo) error {
+	if err := h.link(ai.ID); err != nil {
+		return err
+	}
+	return h.Host.Connect(ctx, ai)
+}
+
 func (h *latencyHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
+	if err := h.link(p); err != nil {
+		return nil, err
+	}
 	s, err := h.Host.NewStream(ctx, p, pids...)
 	if err != nil {
 		return nil, err
@@ -112,7 +131,11 @@ func (h *latencyHost) Close() error {
 	return err
 }
 
-// latencyStream delays its writes by the link latency.
+// latencyStream delays its writes by the link latency. Its pump runs only
+// while writes are in flight: most streams are idle most of the time (a
+// gossipsub stream carries a message every few tens of milliseconds, a
+// latency of up to 100 ms), and an idle pump would cost a goroutine stack
+// per stream.
 type latencyStream struct {
 	network.Stream
 	h        *latencyHost
@@ -120,15 +143,21 @@ type latencyStream struct {
 	workload bool // a stream of the eat and fight workload
 
 	mu      sync.Mutex
-	queue   chan pending
-	started bool
+	queue   []pending // writes in flight, oldest first
+	pumping bool
 	err     error
+	// room is signalled when the pump takes a write off a full queue.
+	room chan struct{}
 
-	// done closes when the stream is reset or its pump ends: queued writes
-	// are dropped and blocked writers return.
+	// done closes when the stream is reset or its pump fails: queued
+	// writes are dropped and blocked writers return.
 	done     chan struct{}
 	doneOnce sync.Once
 }
+
+// maxInFlight bounds the writes in flight per stream, like a socket
+// buffer: a writer past it waits for the pump.
+const maxInFlight = 64
 
 func (s *latencyStream) finish() { s.doneOnce.Do(func() { close(s.done) }) }
 
@@ -136,75 +165,131 @@ type pending struct {
 	data   []byte
 	at     time.Time
 	finish func() error // CloseWrite or Close, after the data before it
+	// closes: finish is Close, which ends the stream both ways.
+	closes bool
 }
 
-func (s *latencyStream) start() chan pending {
+// enqueue adds a write (or a close) to the queue and starts the pump if it
+// is not running; it waits while the queue is full.
+func (s *latencyStream) enqueue(p pending) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.started {
-		s.started = true
-		// Writes in flight per stream, like a socket buffer: a
-		// gossipsub stream carries a few dozen messages per second, a
-		// handful per 100 ms latency.
-		s.queue = make(chan pending, 32)
-		go s.pump(s.queue)
+	for len(s.queue) >= maxInFlight {
+		if s.room == nil {
+			s.room = make(chan struct{}, 1)
+		}
+		room := s.room
+		s.mu.Unlock()
+		select {
+		case <-room:
+		case <-s.done:
+			return network.ErrReset
+		case <-s.h.stop:
+			return network.ErrReset
+		}
+		s.mu.Lock()
 	}
-	return s.queue
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return err
+	}
+	s.queue = append(s.queue, p)
+	start := !s.pumping
+	s.pumping = true
+	s.mu.Unlock()
+	if start {
+		go s.pump()
+	}
+	return nil
 }
 
-// pump delivers queued writes when their time comes. It ends when the
-// stream is finished or fails, or when the host closes.
-func (s *latencyStream) pump(q chan pending) {
-	defer s.finish()
+// pump delivers queued writes when their time comes and ends when the
+// queue is empty, when the stream is finished or fails, or when the host
+// closes.
+func (s *latencyStream) pump() {
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
-		var p pending
-		select {
-		case p = <-q:
-		case <-s.done:
-			return
-		case <-s.h.stop:
+		s.mu.Lock()
+		if len(s.queue) == 0 {
+			s.pumping = false
+			s.queue = nil
+			s.mu.Unlock()
 			return
 		}
+		p := s.queue[0]
+		s.queue[0] = pending{}
+		s.queue = s.queue[1:]
+		if s.room != nil {
+			select {
+			case s.room <- struct{}{}:
+			default:
+			}
+		}
+		s.mu.Unlock()
 		if d := time.Until(p.at); d > 0 {
-			t := time.NewTimer(d)
+			if t == nil {
+				t = time.NewTimer(d)
+			} else {
+				t.Reset(d)
+			}
 			select {
 			case <-t.C:
 			case <-s.done:
-				t.Stop()
+				s.stopPump()
 				return
 			case <-s.h.stop:
-				t.Stop()
+				s.stopPump()
 				return
 			}
 		}
 		if p.finish != nil {
 			_ = p.finish()
+			s.stopPump()
+			if p.closes {
+				// Closed both ways: nothing is left for Close of the
+				// host to reset.
+				s.finish()
+				s.h.untrack(s)
+			}
 			return
 		}
 		if _, err := s.Stream.Write(p.data); err != nil {
 			s.mu.Lock()
 			s.err = err
 			s.mu.Unlock()
+			s.stopPump()
+			s.finish()
 			return
 		}
 	}
 }
 
-func (s *latencyStream) Write(b []byte) (int, error) {
+// stopPump drops the writes still queued: the stream is over.
+func (s *latencyStream) stopPump() {
 	s.mu.Lock()
-	err := s.err
-	s.mu.Unlock()
-	if err != nil {
-		return 0, err
+	s.queue, s.pumping = nil, false
+	if s.err == nil {
+		s.err = network.ErrReset
 	}
-	q := s.start()
-	cp := append([]byte(nil), b...)
+	s.mu.Unlock()
+}
+
+func (s *latencyStream) Write(b []byte) (int, error) {
 	select {
-	case q <- pending{data: cp, at: time.Now().Add(s.delay)}:
 	case <-s.done:
 		return 0, network.ErrReset
 	case <-s.h.stop:
 		return 0, network.ErrReset
+	default:
+	}
+	cp := append([]byte(nil), b...)
+	if err := s.enqueue(pending{data: cp, at: time.Now().Add(s.delay)}); err != nil {
+		return 0, err
 	}
 	s.h.bytesOut.Add(uint64(len(b)))
 	if s.workload {
@@ -222,13 +307,8 @@ func (s *latencyStream) Read(b []byte) (int, error) {
 	return n, err
 }
 
-func (s *latencyStream) finishAfterData(f func() error) error {
-	q := s.start()
-	select {
-	case q <- pending{at: time.Now().Add(s.delay), finish: f}:
-	case <-s.done:
-	case <-s.h.stop:
-	}
+func (s *latencyStream) finishAfterData(f func() error, closes bool) error {
+	_ = s.enqueue(pending{at: time.Now().Add(s.delay), finish: f, closes: closes})
 	return nil
 }
 
@@ -247,6 +327,6 @@ func (s *latencyStream) ResetWithError(code network.StreamErrorCode) error {
 
 // Close and CloseWrite take effect after the data written before them has
 // arrived, as on a real link.
-func (s *latencyStream) Close() error { return s.finishAfterData(s.Stream.Close) }
+func (s *latencyStream) Close() error { return s.finishAfterData(s.Stream.Close, true) }
 
-func (s *latencyStream) CloseWrite() error { return s.finishAfterData(s.Stream.CloseWrite) }
+func (s *latencyStream) CloseWrite() error { return s.finishAfterData(s.Stream.CloseWrite, false) }

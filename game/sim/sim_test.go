@@ -34,3 +34,30 @@ func TestRunSmall(t *testing.T) {
 		t.Logf("aggregate=%v: delay p50 %.1f ms p99 %.1f ms, bytes sent/node p50 %.0f B/s", aggregate, r.DelayMS.P50, r.DelayMS.P99, r.BytesSentPerSec.P50)
 	}
 }
+
+// TestChurnRealTime runs churn with both leave modes and DHT placement in
+// real time, so that the race detector sees the population's joins and
+// leaves (the virtual-time tests cannot run under -race; see
+// virtual_test.go). It checks that players came and went and positions
+// flowed; TestChurn checks the protocol's outcomes.
+func TestChurnRealTime(t *testing.T) {
+	for _, leave := range []LeaveMode{LeaveHandoff, LeaveCrash} {
+		cfg := DefaultConfig()
+		cfg.Players, cfg.Regions = 10, 4
+		cfg.Warmup, cfg.Duration = 2*time.Second, 4*time.Second
+		cfg.SessionMean, cfg.Leave = 3*time.Second, leave
+		cfg.DHTPlacement = leave == LeaveCrash
+		r, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := r.Churn; c.Joins == 0 || c.Leaves == 0 {
+			t.Errorf("%s: no churn in the window: %+v", leave, c)
+		}
+		if r.Delivered == 0 {
+			t.Errorf("%s: no updates delivered", leave)
+		}
+		t.Logf("%s: %d joins, %d leaves, next coordinator %+v, coordinator changes %v", leave, r.Churn.Joins, r.Churn.Leaves,
+			r.Churn.NextCoordinatorMS, r.RegionActivity.CoordinatorChanges)
+	}
+}
