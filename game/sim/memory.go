@@ -35,11 +35,7 @@ func measureMemory(online []*player) Memory {
 		n := len(p.host.Network().Peers())
 		totalPeers += float64(n)
 		peers = append(peers, float64(n))
-		s := 0
-		for _, c := range p.host.Network().Conns() {
-			s += len(c.GetStreams())
-		}
-		streams = append(streams, float64(s))
+		streams = append(streams, float64(p.host.openStreams()))
 	}
 	m.PeersPerPlayer, m.StreamsPerPlayer = summarise(peers), summarise(streams)
 	runtime.GC()

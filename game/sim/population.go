@@ -81,18 +81,42 @@ func (g *leaveGate) Eligible(regions.Coord) bool { return !g.leaving.Load() }
 var _ regions.Eligibility = (*leaveGate)(nil)
 
 // linker links two peers of the in-memory network when one first dials
-// the other, and never again once either has crashed or left.
+// the other, and never again once either has crashed or left. It also
+// knows every player's latencyHost, which opens memStreams to the others.
 type linker struct {
 	mn     mocknet.Mocknet
 	mu     sync.Mutex
 	linked map[peer.ID]map[peer.ID]struct{}
 	gone   map[peer.ID]bool
+	hosts  map[peer.ID]*latencyHost
 }
 
 var errGone = errors.New("peer is gone")
 
 func newLinker(mn mocknet.Mocknet) *linker {
-	return &linker{mn: mn, linked: map[peer.ID]map[peer.ID]struct{}{}, gone: map[peer.ID]bool{}}
+	return &linker{mn: mn, linked: map[peer.ID]map[peer.ID]struct{}{}, gone: map[peer.ID]bool{},
+		hosts: map[peer.ID]*latencyHost{}}
+}
+
+func (l *linker) register(h *latencyHost) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hosts[h.ID()] = h
+}
+
+func (l *linker) unregister(h *latencyHost) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hosts[h.ID()] == h {
+		delete(l.hosts, h.ID())
+	}
+}
+
+// host is p's latencyHost, nil once it closed.
+func (l *linker) host(p peer.ID) *latencyHost {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.hosts[p]
 }
 
 // ensure links a and b unless they are linked already.

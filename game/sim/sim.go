@@ -514,7 +514,11 @@ func (r *run) teardown(runners *sync.WaitGroup) {
 	}
 }
 
-// drive moves every online bot each step, in join order.
+// drive moves every online bot each step, in join order, by one step. On
+// a starved machine ticks come late and the bots walk slower than their
+// speed; moving them by the time that passed instead would make them jump
+// after a stall, between two updates the position service stamped with
+// times closer together than the moves (a teleport to the receivers).
 func (r *run) drive(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Step)
 	defer t.Stop()

@@ -149,6 +149,8 @@ func TestChurn(t *testing.T) {
 				cfg.Players, cfg.Regions = 12, 4
 				cfg.Warmup, cfg.Duration = 3*time.Second, 12*time.Second
 				cfg.SessionMean, cfg.Leave = 10*time.Second, leave
+				// Crashes of coordinators matter most where they batch.
+				cfg.Aggregate = leave == LeaveCrash
 				r := runLogged(t, cfg)
 				c := r.Churn
 				if c == nil || c.Leaves == 0 || c.Joins == 0 {
