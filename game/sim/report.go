@@ -277,8 +277,8 @@ func (r *Report) Summary(w io.Writer) {
 	d("update delay", r.DelayMS, "ms")
 	d("link latency (same pairs)", r.LinkLatencyMS, "ms")
 	d("regions per coordinator", r.RegionsPerCoordinator, "")
-	fmt.Fprintf(w, "  deliveries %d, sequence gaps %d (%.3f%% lost), reordered %d, rejected %v, dropped RPCs %d, uplink failed %d, coordinators %d\n",
-		r.Delivered, r.Lost, 100*r.LostShare, r.Reordered, r.Rejected, r.DroppedRPCs, r.UplinkFailed, r.Coordinators)
+	fmt.Fprintf(w, "  deliveries %d, sequence gaps %d (%.3f%% lost), reordered %d, rejected %v, ignored %s, dropped RPCs %d, uplink failed %d, coordinators %d\n",
+		r.Delivered, r.Lost, 100*r.LostShare, r.Reordered, r.Rejected, sortedCounts(r.Ignored), r.DroppedRPCs, r.UplinkFailed, r.Coordinators)
 	if a := r.RegionActivity; a != nil {
 		fmt.Fprintf(w, "  regions: take-overs %v; answers %v; object requests failed %d; coordinator changes %v\n",
 			sortedCounts(a.Takeovers), sortedCounts(a.Answers), a.ObjectRequestsFailed, sortedCounts(a.CoordinatorChanges))

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -335,6 +336,8 @@ func classify(err error) string {
 		return "timeout"
 	case errors.Is(err, regions.ErrRejected):
 		return "rejected by coordinator"
+	case errors.Is(err, kb.ErrLookupFailure):
+		return "DHT lookup found nobody"
 	}
 	return "other"
 }
