@@ -158,7 +158,11 @@ func (r *run) leave(p *player) {
 	}
 	switch r.cfg.Leave {
 	case LeaveCrash:
+		// Nothing it sent is delivered after this: no new links, its
+		// streams reset (and with them what is in flight), its
+		// connections closed.
 		r.links.cut(p.id)
+		p.host.crash()
 		for _, c := range p.host.Network().Conns() {
 			_ = c.Close()
 		}

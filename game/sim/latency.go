@@ -112,11 +112,22 @@ func (h *latencyHost) openStreams() int {
 	return len(h.streams)
 }
 
+// crash ends every stream of this host at once and refuses new ones, as
+// when its process dies: nothing in flight arrives. Close still runs.
+func (h *latencyHost) crash() {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	h.resetStreamsTo("")
+}
+
+// resetStreamsTo resets this host's streams to p, or all of them when p
+// is "".
 func (h *latencyHost) resetStreamsTo(p peer.ID) {
 	h.mu.Lock()
 	var gone []stream
 	for s := range h.streams {
-		if s.remote() == p {
+		if p == "" || s.remote() == p {
 			gone = append(gone, s)
 		}
 	}
@@ -156,24 +167,24 @@ func (h *latencyHost) RemoveStreamHandler(pid protocol.ID) {
 }
 
 // handlerFor picks the first of pids this host serves, as multistream
-// negotiation would.
-func (h *latencyHost) handlerFor(pids []protocol.ID) (protocol.ID, network.StreamHandler) {
+// negotiation would; open is false once the host is closed (or crashed).
+func (h *latencyHost) handlerFor(pids []protocol.ID) (pid protocol.ID, handler network.StreamHandler, open bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return "", nil
+		return "", nil, false
 	}
 	for _, pid := range pids {
 		if f, ok := h.handlers[pid]; ok {
-			return pid, f
+			return pid, f, true
 		}
 		for _, m := range h.matchers {
 			if m.match(pid) {
-				return pid, m.handler
+				return pid, m.handler, true
 			}
 		}
 	}
-	return "", nil
+	return "", nil, true
 }
 
 // link makes sure this host's network has a link to p before a dial.
@@ -231,7 +242,10 @@ func (h *latencyHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol
 			return nil, fmt.Errorf("identify failed to complete: %w", ctx.Err())
 		}
 	}
-	pid, handler := remote.handlerFor(pids)
+	pid, handler, open := remote.handlerFor(pids)
+	if !open {
+		return nil, fmt.Errorf("open stream to %s: %w", p, network.ErrNoConn)
+	}
 	if handler == nil {
 		return nil, fmt.Errorf("open stream to %s: %w: %v", p, errNoProtocol, pids)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
@@ -63,8 +62,6 @@ type player struct {
 	// first and last are the player's counters at the start of the
 	// measured window (or its join) and at its end (or its leave).
 	first, last *snapshot
-	// roles seen in the window (see roleLog).
-	coordinated, replicated bool
 }
 
 func (p *player) setRegion(c regions.Coord) { p.region.Store(int64(c.X)<<32 | int64(uint32(c.Y))) }
@@ -287,12 +284,6 @@ func (r *run) online() []*player {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.live)
-}
-
-// keyFor derives peer i's identity from the seed, so that placement (and
-// with it the whole run) is reproducible.
-func keyFor(seed uint64, i int) (crypto.PrivKey, error) {
-	return seededKey(seed, uint64(i))
 }
 
 // newPlayer builds player idx and its services, starting in region start,

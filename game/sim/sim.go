@@ -174,12 +174,12 @@ func SimGossipSubParams() pubsub.GossipSubParams {
 	return p
 }
 
-// seededKey derives an identity from the seed and a number, so that
-// placement (and with it the whole run) is reproducible.
-func seededKey(seed, n uint64) (crypto.PrivKey, error) {
+// keyFor derives player i's identity from the seed, so that placement
+// (and with it the whole run) is reproducible.
+func keyFor(seed uint64, i int) (crypto.PrivKey, error) {
 	var s [ed25519.SeedSize]byte
 	binary.BigEndian.PutUint64(s[:], seed)
-	binary.BigEndian.PutUint64(s[8:], n)
+	binary.BigEndian.PutUint64(s[8:], uint64(i))
 	copy(s[16:], "overworld-sim-id")
 	k, _, err := crypto.KeyPairFromStdKey(ptr(ed25519.NewKeyFromSeed(s[:])))
 	return k, err
