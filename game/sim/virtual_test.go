@@ -106,9 +106,10 @@ func TestVirtualTime(t *testing.T) {
 			}
 			// On virtual time the machine's speed costs no simulated
 			// time: nothing may time out, and every region the bots
-			// used has exactly the coordinator placement names.
+			// used has exactly the coordinator placement names (with
+			// churn, some may be changing hands when the run ends).
 			checkOutcomes(t, w, cfg.churning())
-			if w.SplitRegions != 0 || w.RegionsCoordinatedAsPlaced != w.RegionsWithObjects {
+			if !cfg.churning() && (w.SplitRegions != 0 || w.RegionsCoordinatedAsPlaced != w.RegionsWithObjects) {
 				t.Errorf("coordinators: %d of %d regions as placed, %d claimed by several", w.RegionsCoordinatedAsPlaced, w.RegionsWithObjects, w.SplitRegions)
 			}
 		}
