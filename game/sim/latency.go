@@ -89,6 +89,16 @@ func newLatencyHost(h host.Host, latency func(peer.ID) time.Duration, links *lin
 	return lh
 }
 
+// IDService is the host's identify service, as the basic host offers it:
+// callers that wait for identify on a new connection (position's
+// runsProtocol, NewStream here) find it through the wrapper too.
+func (h *latencyHost) IDService() identify.IDService {
+	if ids, ok := h.Host.(interface{ IDService() identify.IDService }); ok {
+		return ids.IDService()
+	}
+	return nil
+}
+
 func (h *latencyHost) track(s stream) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -235,9 +245,9 @@ func (h *latencyHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol
 	if len(conns) == 0 || len(back) == 0 {
 		return nil, fmt.Errorf("open stream to %s: %w", p, network.ErrNoConn)
 	}
-	if ids, ok := h.Host.(interface{ IDService() identify.IDService }); ok {
+	if ids := h.IDService(); ids != nil {
 		select {
-		case <-ids.IDService().IdentifyWait(conns[0]):
+		case <-ids.IdentifyWait(conns[0]):
 		case <-ctx.Done():
 			return nil, fmt.Errorf("identify failed to complete: %w", ctx.Err())
 		}
