@@ -44,6 +44,7 @@ type player struct {
 	gate   *leaveGate
 	reg    *prometheus.Registry // the node's and region service's metrics
 	wire   *wireCounter
+	follow *follower
 	walker *Walker
 	host   *latencyHost
 	actor  *actor // nil without workload
@@ -298,7 +299,7 @@ func (r *run) newPlayer(ctx context.Context, idx int, start regions.Coord) (*pla
 	if err != nil {
 		return nil, fmt.Errorf("player %d host: %w", idx, err)
 	}
-	p := &player{idx: idx, id: h.ID(), wire: &wireCounter{}, gate: &leaveGate{}, reg: prometheus.NewRegistry()}
+	p := &player{idx: idx, id: h.ID(), wire: &wireCounter{}, follow: &follower{}, gate: &leaveGate{}, reg: prometheus.NewRegistry()}
 	self := h.ID()
 	p.host = newLatencyHost(h, func(remote peer.ID) time.Duration { return r.latency(self, remote) }, r.links)
 	opts := []node.Option{node.WithHost(p.host), node.WithEveryPeerReachable(),
@@ -344,6 +345,7 @@ func (r *run) newPlayer(ctx context.Context, idx int, start regions.Coord) (*pla
 	}
 	popts := []position.Option{position.WithDeliveryHook(func(d position.Delivery) {
 		r.rec.record(d.Arrived.Sub(d.Sent), r.latency(d.Player, self), d.Batched)
+		p.follow.delivered(d)
 	})}
 	if r.cfg.DHTPlacement {
 		// As play does: positions are aggregated by the peer that

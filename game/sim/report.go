@@ -85,14 +85,19 @@ type Report struct {
 	Delivered    uint64 `json:"updates_delivered"`
 	// Lost counts the sequence gaps in the updates receivers accepted: the
 	// position updates lost; LostShare is Lost / (Delivered + Lost).
-	Lost             uint64            `json:"sequence_gaps"`
-	LostShare        float64           `json:"lost_share"`
-	Reordered        uint64            `json:"reordered"`
-	Rejected         map[string]uint64 `json:"rejected"`
-	Ignored          map[string]uint64 `json:"ignored"`
-	DroppedRPCs      uint64            `json:"pubsub_rpcs_dropped_queue_full"`
-	Undeliverable    uint64            `json:"pubsub_undeliverable"`
-	RendezvousFailed uint64            `json:"rendezvous_failed"`
+	Lost      uint64  `json:"sequence_gaps"`
+	LostShare float64 `json:"lost_share"`
+	// LostFollowing counts the updates receivers missed while following
+	// their sender (a gap between two of its updates that arrived at most
+	// 2 s apart, see follower); LostFollowingShare is over those due.
+	LostFollowing      uint64            `json:"lost_while_following"`
+	LostFollowingShare float64           `json:"lost_while_following_share"`
+	Reordered          uint64            `json:"reordered"`
+	Rejected           map[string]uint64 `json:"rejected"`
+	Ignored            map[string]uint64 `json:"ignored"`
+	DroppedRPCs        uint64            `json:"pubsub_rpcs_dropped_queue_full"`
+	Undeliverable      uint64            `json:"pubsub_undeliverable"`
+	RendezvousFailed   uint64            `json:"rendezvous_failed"`
 
 	// Load is the machine's load over the window.
 	Load Load `json:"load"`
@@ -123,6 +128,7 @@ func buildReport(cfg Config, pc position.Config, window []windowEntry, measured 
 		Rejected:  map[string]uint64{}, Ignored: map[string]uint64{},
 	}
 	var msgsOut, msgsIn, coordRegions, coordUplink, coordJoins []float64
+	var dueFollowing uint64
 	for _, e := range window {
 		a, b := e.last, e.first
 		sa, sb := a.stats, b.stats
@@ -133,6 +139,8 @@ func buildReport(cfg Config, pc position.Config, window []windowEntry, measured 
 		r.UplinkFailed += sa.UplinkFailed - sb.UplinkFailed
 		r.Delivered += sa.Delivered - sb.Delivered
 		r.Lost += sa.Lost - sb.Lost
+		r.LostFollowing += a.lostFollowing - b.lostFollowing
+		dueFollowing += a.dueFollowing - b.dueFollowing
 		r.Reordered += sa.Reordered - sb.Reordered
 		r.RendezvousFailed += sa.RendezvousFailed - sb.RendezvousFailed
 		for k, v := range sa.Rejected {
@@ -167,6 +175,9 @@ func buildReport(cfg Config, pc position.Config, window []windowEntry, measured 
 	}
 	if r.Delivered+r.Lost > 0 {
 		r.LostShare = float64(r.Lost) / float64(r.Delivered+r.Lost)
+	}
+	if dueFollowing > 0 {
+		r.LostFollowingShare = float64(r.LostFollowing) / float64(dueFollowing)
 	}
 	r.MsgsSentPerSec, r.MsgsRecvPerSec = summarise(msgsOut), summarise(msgsIn)
 	r.BytesSentPerSec, r.BytesRecvPerSec = summarise(r.bytesSent), summarise(r.bytesRecv)
@@ -277,8 +288,8 @@ func (r *Report) Summary(w io.Writer) {
 	d("update delay", r.DelayMS, "ms")
 	d("link latency (same pairs)", r.LinkLatencyMS, "ms")
 	d("regions per coordinator", r.RegionsPerCoordinator, "")
-	fmt.Fprintf(w, "  deliveries %d, sequence gaps %d (%.3f%% lost), reordered %d, rejected %v, ignored %s, dropped RPCs %d, uplink failed %d, coordinators %d\n",
-		r.Delivered, r.Lost, 100*r.LostShare, r.Reordered, r.Rejected, sortedCounts(r.Ignored), r.DroppedRPCs, r.UplinkFailed, r.Coordinators)
+	fmt.Fprintf(w, "  deliveries %d, lost while following %d (%.3f%%), sequence gaps %d (%.3f%%), reordered %d, rejected %v, ignored %s, dropped RPCs %d, uplink failed %d, coordinators %d\n",
+		r.Delivered, r.LostFollowing, 100*r.LostFollowingShare, r.Lost, 100*r.LostShare, r.Reordered, r.Rejected, sortedCounts(r.Ignored), r.DroppedRPCs, r.UplinkFailed, r.Coordinators)
 	if a := r.RegionActivity; a != nil {
 		fmt.Fprintf(w, "  regions: take-overs %v; answers %v; object requests failed %d; coordinator changes %v\n",
 			sortedCounts(a.Takeovers), sortedCounts(a.Answers), a.ObjectRequestsFailed, sortedCounts(a.CoordinatorChanges))

@@ -25,6 +25,8 @@ type snapshot struct {
 	// it got their state; answers the region requests it answered, by
 	// status (from the region service's metrics).
 	takeovers, answers map[string]uint64
+	// lostFollowing and dueFollowing: see follower.
+	lostFollowing, dueFollowing uint64
 }
 
 // windowEntry is one player's part in the window.
@@ -46,7 +48,8 @@ const minOnlineSeconds = 1.0
 func (r *run) snapshotOf(p *player) *snapshot {
 	s := &snapshot{wire: p.wire.snapshot(), stats: p.svc.Stats(),
 		workloadOut: p.host.workloadOut.Load(), workloadIn: p.host.workloadIn.Load(),
-		takeovers: map[string]uint64{}, answers: map[string]uint64{}}
+		takeovers: map[string]uint64{}, answers: map[string]uint64{},
+		lostFollowing: p.follow.lost.Load(), dueFollowing: p.follow.due.Load()}
 	if p.rsvc == nil {
 		return s
 	}
