@@ -32,7 +32,8 @@ func simCommand() command {
 		fs.DurationVar(&cfg.FightEvery, "fight-every", cfg.FightEvery, "each bot's mean time between fights over the fight protocol (0: no fighting)")
 		fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed for identities, latencies, bot walks and sessions")
 		fs.DurationVar(&cfg.SessionMean, "session-mean", cfg.SessionMean, "churn: mean of the players' exponential session lengths; each leaver is replaced by a new player (0: no churn)")
-		leave := fs.String("leave", string(cfg.Leave), "churn: how a player leaves: handoff (hands its regions on, then closes) or crash (vanishes at once)")
+		leave := fs.String("leave", string(cfg.Leave), "churn: how a player leaves: handoff (hands its regions on, then closes), close (closes at once, as a quitting player) or crash (vanishes at once)")
+		bots := fs.String("bots", "sim", "sim: the simulator's walker and eat/fight actor over the game's protocols; play: every player is game/play's runtime driven by a game.Bot (implies -dht; leaves by close or crash)")
 		fs.BoolVar(&cfg.DHTPlacement, "dht", cfg.DHTPlacement, "every player serves the DHT and finds region coordinators by DHT lookups, as play does (default: placement over the directory of players)")
 		scaleFrom := fs.String("scale-from", "", "instead of simulating, read these comma-separated report.json files and print a table and plots of bandwidth and delay against player count")
 		outDir := fs.String("out", "sim-report", "directory for report.json and the plots")
@@ -44,6 +45,13 @@ func simCommand() command {
 			return simScale(out, *scaleFrom, *outDir)
 		}
 		cfg.Leave = sim.LeaveMode(*leave)
+		switch *bots {
+		case "sim":
+		case "play":
+			cfg.PlayBots = true
+		default:
+			return fmt.Errorf("sim: -bots %q: want sim or play", *bots)
+		}
 		log, err := newLogger(out, *logLevel)
 		if err != nil {
 			return err

@@ -21,6 +21,7 @@ func TestSimCommandChurnAndScale(t *testing.T) {
 	}{
 		{"crash", []string{"-players", "6", "-regions", "4"}},
 		{"handoff", []string{"-players", "8", "-regions", "4", "-dht"}},
+		{"close", []string{"-players", "6", "-regions", "4", "-bots", "play"}},
 	}
 	var reports []string
 	for i, run := range runs {
@@ -43,7 +44,7 @@ func TestSimCommandChurnAndScale(t *testing.T) {
 		t.Fatalf("scale: %v\n%s", err, stdout.String())
 	}
 	table := stdout.String()
-	for _, want := range []string{"| direct, churn (crash) | 6 | 4 |", "| direct, DHT, churn (handoff) | 8 | 4 |"} {
+	for _, want := range []string{"| direct, churn (crash) | 6 | 4 |", "| direct, DHT, churn (handoff) | 8 | 4 |", "| direct, play bots, churn (close) | 6 | 4 |"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("scale table lacks %q:\n%s", want, table)
 		}

@@ -23,6 +23,8 @@ import (
 //     ineligible (regions.Eligibility), ranks itself last and hands every
 //     region it coordinates to the next peer; once it coordinates nothing
 //     (at most handoffWait) it closes its services and node.
+//   - close: the directory drops it and it closes its services and node at
+//     once, as a player's peer does when it quits.
 //   - crash: it vanishes at once: the directory drops it, its links are cut
 //     and its connections closed (as when a process dies and its machine
 //     resets the connections), and nothing it does reaches anyone again.
@@ -35,8 +37,14 @@ import (
 type LeaveMode string
 
 const (
+	// LeaveHandoff: the player's region service steps aside and hands its
+	// regions on before the player closes.
 	LeaveHandoff LeaveMode = "handoff"
-	LeaveCrash   LeaveMode = "crash"
+	// LeaveClose: the player closes its services at once, as a player's
+	// peer does when it quits (play bots leave so, or crash).
+	LeaveClose LeaveMode = "close"
+	// LeaveCrash: the player vanishes.
+	LeaveCrash LeaveMode = "crash"
 )
 
 const (
@@ -168,6 +176,10 @@ func (r *run) leave(p *player) {
 		}
 		r.offNetwork(p)
 		r.stopPlayer(p)
+	case LeaveClose:
+		r.offNetwork(p)
+		r.stopPlayer(p)
+		r.links.cut(p.id)
 	default:
 		p.gate.leaving.Store(true)
 		if p.rsvc != nil {

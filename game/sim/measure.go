@@ -23,6 +23,9 @@ type wireCounter struct {
 	// eventBytesIn counts the published messages of region event topics
 	// (the workload's committed updates) received.
 	eventBytesIn atomic.Uint64
+	// positions, if set, is told of every message gossipsub delivers
+	// (play bots, whose position service has no delivery hook to offer).
+	positions func(*pubsub.Message)
 }
 
 func framed(rpc *pubsub.RPC) uint64 {
@@ -56,10 +59,14 @@ func (w *wireCounter) Leave(string)                             {}
 func (w *wireCounter) Graft(peer.ID, string)                    {}
 func (w *wireCounter) Prune(peer.ID, string)                    {}
 func (w *wireCounter) ValidateMessage(*pubsub.Message)          {}
-func (w *wireCounter) DeliverMessage(*pubsub.Message)           {}
-func (w *wireCounter) RejectMessage(*pubsub.Message, string)    {}
-func (w *wireCounter) DuplicateMessage(*pubsub.Message)         {}
-func (w *wireCounter) ThrottlePeer(peer.ID)                     {}
+func (w *wireCounter) DeliverMessage(m *pubsub.Message) {
+	if w.positions != nil {
+		w.positions(m)
+	}
+}
+func (w *wireCounter) RejectMessage(*pubsub.Message, string) {}
+func (w *wireCounter) DuplicateMessage(*pubsub.Message)      {}
+func (w *wireCounter) ThrottlePeer(peer.ID)                  {}
 
 type wireSnapshot struct {
 	rpcsIn, rpcsOut, bytesIn, bytesOut, dropped, undeliverable, eventBytesIn uint64
@@ -128,7 +135,9 @@ const followWindow = 2 * time.Second
 // heard from for a followWindow are forgotten.
 const maxFollowed = 1024
 
-func (f *follower) delivered(d position.Delivery) {
+// delivered counts update d and reports whether it is new (not a
+// duplicate or older than one already delivered).
+func (f *follower) delivered(d position.Delivery) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.last == nil {
@@ -136,7 +145,7 @@ func (f *follower) delivered(d position.Delivery) {
 	}
 	prev, ok := f.last[d.Player]
 	if ok && d.Seq <= prev.seq {
-		return // reordered or duplicate: not a new update
+		return false
 	}
 	f.due.Add(1)
 	if ok && d.Arrived.Sub(prev.at) <= followWindow {
@@ -152,4 +161,5 @@ func (f *follower) delivered(d position.Delivery) {
 		}
 	}
 	f.last[d.Player] = followed{seq: d.Seq, at: d.Arrived}
+	return true
 }

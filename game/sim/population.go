@@ -47,9 +47,12 @@ type player struct {
 	follow *follower
 	walker *Walker
 	host   *latencyHost
-	actor  *actor // nil without workload
+	actor  *actor     // nil without workload or with play bots
+	peer   *play.Peer // with play bots: the player's runtime (svc, walker and actor are nil)
 
-	// region is the walker's region, x<<32|y, for the workload.
+	// start is the region the player first appears in; region is the
+	// walker's region, x<<32|y, for the workload.
+	start  regions.Coord
 	region atomic.Int64
 
 	// stop ends the player's goroutines (position service, actor); done
@@ -66,6 +69,14 @@ type player struct {
 }
 
 func (p *player) setRegion(c regions.Coord) { p.region.Store(int64(c.X)<<32 | int64(uint32(c.Y))) }
+
+// positionStats are the player's position service's counters.
+func (p *player) positionStats() position.Stats {
+	if p.peer != nil {
+		return p.peer.PositionStats()
+	}
+	return p.svc.Stats()
+}
 
 // leaveGate lets every commit through (no lease service in the
 // simulator) and tells the region service, through regions.Eligibility,
@@ -299,7 +310,7 @@ func (r *run) newPlayer(ctx context.Context, idx int, start regions.Coord) (*pla
 	if err != nil {
 		return nil, fmt.Errorf("player %d host: %w", idx, err)
 	}
-	p := &player{idx: idx, id: h.ID(), wire: &wireCounter{}, follow: &follower{}, gate: &leaveGate{}, reg: prometheus.NewRegistry()}
+	p := &player{idx: idx, id: h.ID(), start: start, wire: &wireCounter{}, follow: &follower{}, gate: &leaveGate{}, reg: prometheus.NewRegistry()}
 	self := h.ID()
 	p.host = newLatencyHost(h, func(remote peer.ID) time.Duration { return r.latency(self, remote) }, r.links)
 	opts := []node.Option{node.WithHost(p.host), node.WithEveryPeerReachable(),
@@ -326,6 +337,9 @@ func (r *run) newPlayer(ctx context.Context, idx int, start regions.Coord) (*pla
 		return nil, fmt.Errorf("player %d node: %w", idx, err)
 	}
 	p.node = n
+	if r.cfg.PlayBots {
+		return r.playBot(ctx, p, start)
+	}
 	fail := func(err error) (*player, error) {
 		if p.rsvc != nil {
 			p.rsvc.Close()
@@ -397,6 +411,14 @@ func (r *run) bootstrapFor(idx int) []peer.AddrInfo {
 func (r *run) start(p *player) {
 	ctx, stop := context.WithCancel(r.ctx)
 	p.stop = stop
+	if p.peer != nil {
+		p.done.Go(func() {
+			if err := p.peer.Run(ctx); err != nil {
+				r.log.Warn("player runtime", "peer", p.id, "err", err)
+			}
+		})
+		return
+	}
 	p.done.Go(func() {
 		if err := p.svc.Run(ctx); err != nil {
 			r.log.Warn("position service", "peer", p.id, "err", err)

@@ -50,6 +50,7 @@ type Report struct {
 	IntervalMS      float64    `json:"update_interval_ms"`
 	Aggregate       bool       `json:"aggregate"`
 	DHTPlacement    bool       `json:"dht_placement"`
+	PlayBots        bool       `json:"play_bots"`
 	MeasuredSeconds float64    `json:"measured_seconds"`
 	LatencyMS       [2]float64 `json:"link_latency_range_ms"`
 	Seed            uint64     `json:"seed"`
@@ -112,8 +113,12 @@ type Report struct {
 	RegionActivity *RegionsReport `json:"regions_activity,omitempty"`
 	// Churn is what the churn did; nil without churn.
 	Churn *Churn `json:"churn,omitempty"`
-	// Workload is the eat and fight workload's figures; nil when off.
+	// Workload is the eat and fight workload's figures; nil when off or
+	// with play bots.
 	Workload *Workload `json:"workload,omitempty"`
+	// Play are the play bots' eats, pick-ups and fights in the window by
+	// outcome, as play's metrics count them; nil without play bots.
+	Play map[string]uint64 `json:"play_actions,omitempty"`
 
 	delays, links        []float64
 	bytesSent, bytesRecv []float64
@@ -226,8 +231,12 @@ type RegionsReport struct {
 	// maintenance period.
 	CoordinatorChanges map[string]uint64 `json:"coordinator_changes"`
 	// ByRole is the per-player bandwidth of players by the most they did
-	// for regions in the window.
+	// for regions in the window (with play bots, by their roles at the
+	// window's start and end).
 	ByRole map[string]RoleBandwidth `json:"bandwidth_by_role"`
+	// Placement, with play bots, checks every coordinated region's
+	// coordinator against placement at the end of the run.
+	Placement *PlacementCheck `json:"placement,omitempty"`
 }
 
 // RoleBandwidth is the bandwidth of the players of one role.
@@ -276,6 +285,9 @@ func (r *Report) Summary(w io.Writer) {
 	if r.DHTPlacement {
 		placement = "DHT"
 	}
+	if r.PlayBots {
+		mode += ", play bots"
+	}
 	fmt.Fprintf(w, "players %d, regions %d (%s), radius %d, interval %.0f ms, %s mode, placement by %s, measured %.0f s\n",
 		r.Players, r.Regions, r.Grid, r.Radius, r.IntervalMS, mode, placement, r.MeasuredSeconds)
 	d := func(name string, x Dist, unit string) {
@@ -307,6 +319,12 @@ func (r *Report) Summary(w io.Writer) {
 	}
 	if r.Workload != nil {
 		r.Workload.summary(w, d)
+	}
+	if r.Play != nil {
+		fmt.Fprintf(w, "  play bots' eats, pick-ups and fights in the window: %s\n", sortedCounts(r.Play))
+		if pc := r.RegionActivity.Placement; pc != nil {
+			fmt.Fprintf(w, "    regions coordinated as placed %d of %d coordinated, claimed by several %d\n", pc.AsPlaced, pc.Regions, pc.Split)
+		}
 	}
 	m := r.Memory
 	fmt.Fprintf(w, "  memory (%d players online): live heap %.0f MB (%.2f per player), stacks %.0f MB (%.2f per player), %d goroutines (%.0f per player, %.1f per connected peer)\n",

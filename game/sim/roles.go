@@ -118,6 +118,17 @@ func (l *roleLog) changed(p *player, c regions.Coord, role regions.Role) {
 	}
 }
 
+// sample records that p holds role for some region now, as seen by
+// asking its region service (play bots, whose region service tells no
+// role changes).
+func (l *roleLog) sample(p *player, role regions.Role) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rank(role) > rank(l.inWindow[p]) {
+		l.inWindow[p] = role
+	}
+}
+
 // beginWindow starts the window: each online player's roles now count.
 func (l *roleLog) beginWindow(online []*player) {
 	l.mu.Lock()

@@ -44,7 +44,9 @@ func (r *Report) modeName() string {
 	if r.Aggregate {
 		name = "aggregated"
 	}
-	if r.DHTPlacement {
+	if r.PlayBots {
+		name += ", play bots"
+	} else if r.DHTPlacement {
 		name += ", DHT"
 	}
 	if r.Churn != nil {

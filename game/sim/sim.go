@@ -71,6 +71,14 @@ type Config struct {
 	// region's coordinator with a DHT lookup (regions.Service.Locate), as
 	// game/play does, instead of placement over the directory of players.
 	DHTPlacement bool
+	// PlayBots makes every player game/play's runtime (play.Peer) driven
+	// by a game.Bot, the peer a player runs, instead of the simulator's
+	// walker and actor: SimMud's workload by the game's own bot, eats and
+	// fights by play's code. It implies DHTPlacement (play places regions
+	// that way); a leaving play bot closes or crashes (play has no way to
+	// step aside first). Speed, RegionChange, Step, EatEvery and
+	// FightEvery do not apply: game.DefaultBotPace does.
+	PlayBots bool
 	// Progress, if set, receives a progress line.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -124,8 +132,11 @@ func (c Config) validate() error {
 	if c.SessionMean < 0 {
 		errs = append(errs, fmt.Errorf("mean session %s: want >= 0 (0: no churn)", c.SessionMean))
 	}
-	if c.Leave != LeaveHandoff && c.Leave != LeaveCrash {
-		errs = append(errs, fmt.Errorf("leave mode %q: want %q or %q", c.Leave, LeaveHandoff, LeaveCrash))
+	switch {
+	case c.Leave != LeaveHandoff && c.Leave != LeaveClose && c.Leave != LeaveCrash:
+		errs = append(errs, fmt.Errorf("leave mode %q: want %q, %q or %q", c.Leave, LeaveHandoff, LeaveClose, LeaveCrash))
+	case c.PlayBots && c.SessionMean > 0 && c.Leave == LeaveHandoff:
+		errs = append(errs, fmt.Errorf("leave mode %q with play bots: play cannot step aside before it leaves; use %q or %q", c.Leave, LeaveClose, LeaveCrash))
 	}
 	return errors.Join(errs...)
 }
@@ -249,13 +260,15 @@ type run struct {
 
 func (c Config) churning() bool { return c.SessionMean > 0 }
 
-func (c Config) workload() bool { return c.EatEvery > 0 || c.FightEvery > 0 }
+// workload: the simulator's actors eat and fight (play bots do so on
+// their own).
+func (c Config) workload() bool { return !c.PlayBots && (c.EatEvery > 0 || c.FightEvery > 0) }
 
 // needRegions: a region service per player for the workload, for churn
-// (coordinators come and go) and for DHT placement (positions follow the
-// region service).
+// (coordinators come and go), for DHT placement (positions follow the
+// region service) and in play bots (play runs one).
 func (r *run) needRegions() bool {
-	return r.cfg.workload() || r.cfg.churning() || r.cfg.DHTPlacement
+	return r.cfg.workload() || r.cfg.churning() || r.cfg.DHTPlacement || r.cfg.PlayBots
 }
 
 func (r *run) latency(a, b peer.ID) time.Duration {
@@ -292,6 +305,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("sim config: %w", err)
 	}
+	if cfg.PlayBots {
+		cfg.DHTPlacement = true
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -326,7 +342,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			log.Warn("simulation still closing; returning the report", "waited", cleanupWait)
 		}
 	}()
-	if cfg.workload() {
+	if cfg.workload() || cfg.PlayBots {
 		r.game = workloadGame(r.grid.Width)
 		r.initial = worldObjects(r.game)
 	}
@@ -350,9 +366,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// per-peer locks. Later region changes go through the rendezvous.
 	conns := 0
 	for i, a := range players {
-		ra := r.grid.RegionOf(a.walker.Position())
 		for _, b := range players[i+1:] {
-			if position.Within(ra, r.grid.RegionOf(b.walker.Position()), cfg.Radius) {
+			if position.Within(a.start, b.start, cfg.Radius) {
 				if err := r.connect(a.id, b.id); err != nil {
 					return nil, fmt.Errorf("connect players: %w", err)
 				}
@@ -446,6 +461,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		checkRoles(rep.Workload, r)
 	}
+	if cfg.PlayBots {
+		rep.PlayBots = true
+		rep.Play = playActions(window)
+		rep.RegionActivity.ObjectRequestsFailed = rep.Play["eat/failed"] + rep.Play["pickup/failed"]
+		rep.RegionActivity.Placement = r.placementOfAll()
+	}
 	rep.BuildSeconds = buildSeconds
 	rep.WallSeconds = wallClock().Sub(wallStart).Seconds()
 	stop()
@@ -528,6 +549,9 @@ func (r *run) drive(ctx context.Context) {
 			return
 		case <-t.C:
 			for _, p := range r.online() {
+				if p.walker == nil {
+					continue // a play bot: its game.Bot walks
+				}
 				p.walker.Step(r.cfg.Step)
 				p.svc.Move(p.walker.Position(), p.walker.Velocity())
 				p.setRegion(p.walker.grid.RegionOf(p.walker.Position()))

@@ -27,6 +27,9 @@ type snapshot struct {
 	takeovers, answers map[string]uint64
 	// lostFollowing and dueFollowing: see follower.
 	lostFollowing, dueFollowing uint64
+	// play are a play bot's eats, pick-ups and fights by outcome (see
+	// playActions).
+	play map[string]uint64
 }
 
 // windowEntry is one player's part in the window.
@@ -46,9 +49,9 @@ type windowEntry struct {
 const minOnlineSeconds = 1.0
 
 func (r *run) snapshotOf(p *player) *snapshot {
-	s := &snapshot{wire: p.wire.snapshot(), stats: p.svc.Stats(),
+	s := &snapshot{wire: p.wire.snapshot(), stats: p.positionStats(),
 		workloadOut: p.host.workloadOut.Load(), workloadIn: p.host.workloadIn.Load(),
-		takeovers: map[string]uint64{}, answers: map[string]uint64{},
+		takeovers: map[string]uint64{}, answers: map[string]uint64{}, play: map[string]uint64{},
 		lostFollowing: p.follow.lost.Load(), dueFollowing: p.follow.due.Load()}
 	if p.rsvc == nil {
 		return s
@@ -63,6 +66,10 @@ func (r *run) snapshotOf(p *player) *snapshot {
 			addByLabel(s.takeovers, f.GetMetric(), "how")
 		case "overworld_region_requests_total":
 			addByLabel(s.answers, f.GetMetric(), "status")
+		case "overworld_play_object_updates_total":
+			addByLabels(s.play, f.GetMetric(), "", "action", "result")
+		case "overworld_play_fights_total":
+			addByLabels(s.play, f.GetMetric(), "fight as ", "role", "result")
 		}
 	}
 	return s
@@ -79,6 +86,23 @@ func addByLabel(into map[string]uint64, ms []*dto.Metric, label string) {
 	}
 }
 
+// addByLabels adds each counter of ms to into under prefix, its first
+// label's value, "/" and its second's.
+func addByLabels(into map[string]uint64, ms []*dto.Metric, prefix, first, second string) {
+	for _, m := range ms {
+		var a, b string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case first:
+				a = l.GetValue()
+			case second:
+				b = l.GetValue()
+			}
+		}
+		into[prefix+a+"/"+b] += uint64(m.GetCounter().GetValue())
+	}
+}
+
 // beginWindow reads every online player's counters. The counters are
 // read outside r.mu: reading a region service's metrics takes its locks,
 // and the population must not wait for them.
@@ -89,6 +113,9 @@ func (r *run) beginWindow() {
 	live := slices.Clone(r.live)
 	r.mu.Unlock()
 	r.roles.beginWindow(live)
+	if r.cfg.PlayBots {
+		r.sampleRoles(live)
+	}
 	snaps := make([]*snapshot, len(live))
 	for i, p := range live {
 		snaps[i] = r.snapshotOf(p)
@@ -110,6 +137,9 @@ func (r *run) endWindow() []windowEntry {
 	end := time.Now()
 	live := slices.Clone(r.live)
 	r.mu.Unlock()
+	if r.cfg.PlayBots {
+		r.sampleRoles(live)
+	}
 	r.roles.endWindow()
 	snaps := make([]*snapshot, len(live))
 	for i, p := range live {
