@@ -265,8 +265,6 @@ type Churn struct {
 	// none within 30 s or by the end of the run.
 	NextCoordinatorMS      Dist `json:"next_coordinator_ms"`
 	NextCoordinatorPending int  `json:"next_coordinator_pending"`
-
-	next []float64
 }
 
 // churnReport sums the churn up, once the watches have ended.
@@ -277,6 +275,5 @@ func (r *run) churnReport() *Churn {
 		SessionMeanSeconds: r.cfg.SessionMean.Seconds(), Leave: string(r.cfg.Leave),
 		Joins: r.churn.joins, Leaves: r.churn.leaves,
 		NextCoordinatorMS: summarise(r.churn.next), NextCoordinatorPending: r.churn.pending,
-		next: r.churn.next,
 	}
 }
