@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -143,9 +144,28 @@ func WriteScalePlots(dir string, reports []*Report) ([]string, error) {
 			}
 			i = j
 		}
+		// Players on a log scale, ticked at each run's count; room above
+		// the lines for the legend.
+		var counts []float64
+		for _, r := range sorted {
+			if !slices.Contains(counts, float64(r.Players)) {
+				counts = append(counts, float64(r.Players))
+			}
+		}
+		slices.Sort(counts)
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+			ticks := make([]plot.Tick, len(counts))
+			for i, c := range counts {
+				ticks[i] = plot.Tick{Value: c, Label: strconv.Itoa(int(c))}
+			}
+			return ticks
+		})
+		p.X.Min, p.X.Max = counts[0]/1.2, counts[len(counts)-1]*1.2
+		p.Y.Min = 0
+		p.Y.Max *= 1.8
 		p.Legend.Top = true
 		p.Legend.Left = true
-		p.Y.Min = 0
 		if err := p.Save(7*vg.Inch, 4*vg.Inch, path); err != nil {
 			return fmt.Errorf("save %s: %w", path, err)
 		}
