@@ -11,6 +11,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/overworld-p2p/overworld/regions/position"
 )
 
 // wireCounter counts one node's gossipsub RPCs and their bytes on the wire
@@ -21,6 +23,9 @@ type wireCounter struct {
 	// eventBytesIn counts the published messages of region event topics
 	// (the workload's committed updates) received.
 	eventBytesIn atomic.Uint64
+	// positions, if set, is told of every message gossipsub delivers
+	// (play bots, whose position service has no delivery hook to offer).
+	positions func(*pubsub.Message)
 }
 
 func framed(rpc *pubsub.RPC) uint64 {
@@ -54,10 +59,14 @@ func (w *wireCounter) Leave(string)                             {}
 func (w *wireCounter) Graft(peer.ID, string)                    {}
 func (w *wireCounter) Prune(peer.ID, string)                    {}
 func (w *wireCounter) ValidateMessage(*pubsub.Message)          {}
-func (w *wireCounter) DeliverMessage(*pubsub.Message)           {}
-func (w *wireCounter) RejectMessage(*pubsub.Message, string)    {}
-func (w *wireCounter) DuplicateMessage(*pubsub.Message)         {}
-func (w *wireCounter) ThrottlePeer(peer.ID)                     {}
+func (w *wireCounter) DeliverMessage(m *pubsub.Message) {
+	if w.positions != nil {
+		w.positions(m)
+	}
+}
+func (w *wireCounter) RejectMessage(*pubsub.Message, string) {}
+func (w *wireCounter) DuplicateMessage(*pubsub.Message)      {}
+func (w *wireCounter) ThrottlePeer(peer.ID)                  {}
 
 type wireSnapshot struct {
 	rpcsIn, rpcsOut, bytesIn, bytesOut, dropped, undeliverable, eventBytesIn uint64
@@ -96,4 +105,61 @@ func (d *delays) setRecording(on bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.on = on
+}
+
+// follower counts, for one receiver, the updates of other players it
+// missed while it was following them: a sequence gap between two updates
+// of the same sender that arrived at most followWindow apart. The
+// position protocol's own count (Stats.Lost) also counts every update sent
+// while the sender was out of the receiver's interest area, as when a bot
+// walks away and back within half a minute; those were never due.
+type follower struct {
+	mu   sync.Mutex
+	last map[peer.ID]followed
+	// lost and due (delivered + lost) while following.
+	lost, due atomic.Uint64
+}
+
+type followed struct {
+	seq uint64
+	at  time.Time
+}
+
+// followWindow is the longest silence of a sender after which its next
+// update still counts as followed: a receiver lingers on a region for 2 s
+// after leaving it (position.Config.Linger), and a coordinator's fail-over
+// takes about a second.
+const followWindow = 2 * time.Second
+
+// maxFollowed bounds the senders a follower remembers; past it those not
+// heard from for a followWindow are forgotten.
+const maxFollowed = 1024
+
+// delivered counts update d and reports whether it is new (not a
+// duplicate or older than one already delivered).
+func (f *follower) delivered(d position.Delivery) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.last == nil {
+		f.last = map[peer.ID]followed{}
+	}
+	prev, ok := f.last[d.Player]
+	if ok && d.Seq <= prev.seq {
+		return false
+	}
+	f.due.Add(1)
+	if ok && d.Arrived.Sub(prev.at) <= followWindow {
+		gap := d.Seq - prev.seq - 1
+		f.lost.Add(gap)
+		f.due.Add(gap)
+	}
+	if !ok && len(f.last) >= maxFollowed {
+		for p, fl := range f.last {
+			if d.Arrived.Sub(fl.at) > followWindow {
+				delete(f.last, p)
+			}
+		}
+	}
+	f.last[d.Player] = followed{seq: d.Seq, at: d.Arrived}
+	return true
 }

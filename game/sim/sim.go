@@ -10,7 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +24,6 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/overworld-p2p/overworld/game"
-	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/node"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
@@ -59,7 +60,26 @@ type Config struct {
 	EatEvery, FightEvery time.Duration
 	// Seed makes identities, latencies and walks reproducible.
 	Seed uint64
-	// Progress, if set, receives a progress bar.
+	// SessionMean turns churn on: each player stays online for a session
+	// drawn from an exponential distribution with this mean (seeded), then
+	// leaves, and a new player joins in its place; zero: no churn. See
+	// churn.go.
+	SessionMean time.Duration
+	// Leave is how a player leaves when its session ends.
+	Leave LeaveMode
+	// DHTPlacement makes every player serve the DHT and find each
+	// region's coordinator with a DHT lookup (regions.Service.Locate), as
+	// game/play does, instead of placement over the directory of players.
+	DHTPlacement bool
+	// PlayBots makes every player game/play's runtime (play.Peer) driven
+	// by a game.Bot, the peer a player runs, instead of the simulator's
+	// walker and actor: SimMud's workload by the game's own bot, eats and
+	// fights by play's code. It implies DHTPlacement (play places regions
+	// that way); a leaving play bot closes or crashes (play has no way to
+	// step aside first). Speed, RegionChange, Step, EatEvery and
+	// FightEvery do not apply: game.DefaultBotPace does.
+	PlayBots bool
+	// Progress, if set, receives a progress line.
 	Progress io.Writer
 	Logger   *slog.Logger
 	// AtEnd, if set, is called at the end of the measured window while
@@ -85,6 +105,7 @@ func DefaultConfig() Config {
 		EatEvery:     5 * time.Second,
 		FightEvery:   5 * time.Second,
 		Seed:         1,
+		Leave:        LeaveHandoff,
 	}
 }
 
@@ -108,6 +129,15 @@ func (c Config) validate() error {
 	if c.Speed <= 0 || c.Step <= 0 || c.RegionChange <= 0 {
 		errs = append(errs, fmt.Errorf("speed %d, step %s, region change %s: want all > 0", c.Speed, c.Step, c.RegionChange))
 	}
+	if c.SessionMean < 0 {
+		errs = append(errs, fmt.Errorf("mean session %s: want >= 0 (0: no churn)", c.SessionMean))
+	}
+	switch {
+	case c.Leave != LeaveHandoff && c.Leave != LeaveClose && c.Leave != LeaveCrash:
+		errs = append(errs, fmt.Errorf("leave mode %q: want %q, %q or %q", c.Leave, LeaveHandoff, LeaveClose, LeaveCrash))
+	case c.PlayBots && c.SessionMean > 0 && c.Leave == LeaveHandoff:
+		errs = append(errs, fmt.Errorf("leave mode %q with play bots: play cannot step aside before it leaves; use %q or %q", c.Leave, LeaveClose, LeaveCrash))
+	}
 	return errors.Join(errs...)
 }
 
@@ -129,9 +159,12 @@ func (c Config) positionConfig() position.Config {
 	pc.Interval = c.Interval
 	pc.Radius = c.Radius
 	pc.Aggregate = c.Aggregate
-	// Placement by DHT lookup, trusted for a minute: the population is
-	// static during a run.
-	pc.CoordinatorTTL = time.Minute
+	// Placement over a static population is trusted for a minute; with
+	// churn or DHT placement a computed coordinator is kept for the
+	// protocol's default, as in play.
+	if c.SessionMean == 0 && !c.DHTPlacement {
+		pc.CoordinatorTTL = time.Minute
+	}
 	// Players meet at start-up through pre-connection and on region changes
 	// through the rendezvous at subscription; the periodic refresh only
 	// catches stragglers.
@@ -152,21 +185,8 @@ func SimGossipSubParams() pubsub.GossipSubParams {
 	return p
 }
 
-// player is one simulated peer.
-type player struct {
-	node   *node.Node
-	svc    *position.Service
-	wire   *wireCounter
-	walker *Walker
-	host   *latencyHost
-	// region is the walker's region, x<<32|y, for the workload.
-	region atomic.Int64
-}
-
-func (p *player) setRegion(c regions.Coord) { p.region.Store(int64(c.X)<<32 | int64(uint32(c.Y))) }
-
-// keyFor derives peer i's identity from the seed, so that placement (and
-// with it the whole run) is reproducible.
+// keyFor derives player i's identity from the seed, so that placement
+// (and with it the whole run) is reproducible.
 func keyFor(seed uint64, i int) (crypto.PrivKey, error) {
 	var s [ed25519.SeedSize]byte
 	binary.BigEndian.PutUint64(s[:], seed)
@@ -203,11 +223,90 @@ func mockAddr(i int) ma.Multiaddr {
 	return ma.StringCast(fmt.Sprintf("/ip6/%s/tcp/4242", ip))
 }
 
+// run is one simulation's state.
+type run struct {
+	cfg   Config
+	pc    position.Config
+	grid  position.Grid
+	log   *slog.Logger
+	mn    mocknet.Mocknet
+	links *linker
+	place *placer
+	rec   *delays
+	stats *opStats
+	roles *roleLog
+	game  game.Config
+	// initial are each region's objects as the world seed makes them.
+	initial map[regions.Coord][]game.Object
+	// ctx is the players' context: it ends when the run does.
+	ctx context.Context
+	// churning runs the churn loop; bg counts the goroutines it starts
+	// (leaves, coordinator watches). Wait for churning before bg.
+	churning, bg sync.WaitGroup
+
+	dir atomic.Pointer[[]peer.ID] // online players' IDs
+
+	mu        sync.Mutex
+	all       []*player // every player that joined, in join order
+	live      []*player // online now, in join order
+	byID      map[peer.ID]*player
+	next      int // index of the next player to join
+	measuring bool
+	ended     bool
+	// windowStart is when the measured window opened.
+	windowStart time.Time
+	churn       churnCounts
+}
+
+func (c Config) churning() bool { return c.SessionMean > 0 }
+
+// workload: the simulator's actors eat and fight (play bots do so on
+// their own).
+func (c Config) workload() bool { return !c.PlayBots && (c.EatEvery > 0 || c.FightEvery > 0) }
+
+// needRegions: a region service per player for the workload, for churn
+// (coordinators come and go), for DHT placement (positions follow the
+// region service) and in play bots (play runs one).
+func (r *run) needRegions() bool {
+	return r.cfg.workload() || r.cfg.churning() || r.cfg.DHTPlacement || r.cfg.PlayBots
+}
+
+func (r *run) latency(a, b peer.ID) time.Duration {
+	return linkLatency(r.cfg.Seed, a, b, r.cfg.LatencyMin, r.cfg.LatencyMax)
+}
+
+func (r *run) player(id peer.ID) *player {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byID[id]
+}
+
+// isOnline reports whether the player with id is online now.
+func (r *run) isOnline(id peer.ID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.byID[id]
+	return p != nil && p.online
+}
+
+// startRegion is where player idx first appears: the initial players fill
+// the grid row by row, later ones a region drawn from the seed.
+func (r *run) startRegion(idx int) regions.Coord {
+	if idx < r.cfg.Players {
+		return regions.Coord{X: idx % r.grid.Width, Y: (idx / r.grid.Width) % r.grid.Height}
+	}
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(idx)^0x5ea7))
+	return regions.Coord{X: rng.IntN(r.grid.Width), Y: rng.IntN(r.grid.Height)}
+}
+
 // Run runs the simulation and returns its report. It stops early, with an
 // error, if ctx ends.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("sim config: %w", err)
+	}
+	if cfg.PlayBots {
+		cfg.DHTPlacement = true
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -217,19 +316,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Speed > pc.MaxSpeed {
 		return nil, fmt.Errorf("bot speed %d above the speed limit %d", cfg.Speed, pc.MaxSpeed)
 	}
+	wallStart := wallClock()
 	mn := mocknet.New()
-
-	var nodes []*node.Node
-	var regionServices []*regions.Service
-	var runners sync.WaitGroup
 	runCtx, stop := context.WithCancel(ctx)
+	r := &run{
+		cfg: cfg, pc: pc, grid: pc.Grid(), log: log, mn: mn, links: newLinker(mn), place: newPlacer(pc.World),
+		rec: &delays{}, stats: newOpStats(), roles: newRoleLog(), ctx: runCtx, byID: map[peer.ID]*player{},
+	}
+	var runners sync.WaitGroup
 	defer func() {
 		stop()
 		began := time.Now()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			teardown(mn, nodes, regionServices, &runners)
+			r.teardown(&runners)
 		}()
 		select {
 		case <-done:
@@ -241,143 +342,68 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			log.Warn("simulation still closing; returning the report", "waited", cleanupWait)
 		}
 	}()
+	if cfg.workload() || cfg.PlayBots {
+		r.game = workloadGame(r.grid.Width)
+		r.initial = worldObjects(r.game)
+	}
 
-	rec := &delays{}
-	latencyOf := func(a, b peer.ID) time.Duration {
-		return linkLatency(cfg.Seed, a, b, cfg.LatencyMin, cfg.LatencyMax)
-	}
-	grid := pc.Grid()
-	players := make([]*player, cfg.Players)
-	// The directory of players, as the operator's bootstrap service could
-	// hand it out. Placement over it is what every player computes from a
-	// settled DHT routing table; the simulator skips the DHT lookups
-	// because, without a connection manager on the in-memory network, they
-	// connect every peer to nearly every other (about 6 GB at 200 peers).
-	keys := make([]crypto.PrivKey, cfg.Players)
-	directory := make([]peer.ID, cfg.Players)
-	for i := range keys {
-		key, err := keyFor(cfg.Seed, i)
+	bar := newProgress(cfg.Progress, cfg.Warmup+cfg.Duration, wallStart)
+	for i := range cfg.Players {
+		p, err := r.newPlayer(ctx, i, r.startRegion(i))
 		if err != nil {
 			return nil, err
 		}
-		keys[i] = key
-		if directory[i], err = peer.IDFromPrivateKey(key); err != nil {
-			return nil, err
-		}
+		r.join(p)
+		bar.building(i+1, cfg.Players)
 	}
-	for i := range players {
-		key := keys[i]
-		h, err := mn.AddPeer(key, mockAddr(i+1))
-		if err != nil {
-			return nil, fmt.Errorf("player %d host: %w", i, err)
-		}
-		wc := &wireCounter{}
-		self := h.ID()
-		lh := newLatencyHost(h, func(remote peer.ID) time.Duration { return latencyOf(self, remote) })
-		// DHT client mode: a simulation runs no DHT lookups (placement
-		// is over the directory), and a DHT server answers the routing
-		// table refreshes of every peer that connects to it: at 60
-		// players that alone allocated 0.4 GB per 15 simulated seconds.
-		n, err := node.New(ctx, node.WithHost(lh),
-			node.WithDHTMode(node.DHTClient), node.WithEveryPeerReachable(),
-			node.WithRoutingTableRefresh(time.Hour),
-			node.WithGossipSubParams(SimGossipSubParams()),
-			// Seen message IDs for 20 s instead of gossipsub's two
-			// minutes: updates are 150 ms apart and gossip reaches back
-			// a few heartbeats; the cache was the largest heap item.
-			node.WithPubSubOptions(pubsub.WithRawTracer(wc), pubsub.WithSeenMessagesTTL(20*time.Second)))
-		if err != nil {
-			return nil, fmt.Errorf("player %d node: %w", i, err)
-		}
-		nodes = append(nodes, n)
-		svc, err := position.New(n, pc,
-			position.WithCandidates(func(context.Context, string) ([]peer.ID, error) {
-				return directory, nil
-			}),
-			position.WithDeliveryHook(func(d position.Delivery) {
-				rec.record(d.Arrived.Sub(d.Sent), latencyOf(d.Player, self), d.Batched)
-			}))
-		if err != nil {
-			return nil, fmt.Errorf("player %d position: %w", i, err)
-		}
-		start := regions.Coord{X: i % grid.Width, Y: (i / grid.Width) % grid.Height}
-		w := NewWalker(grid, start, cfg.Speed, cfg.RegionChange, cfg.Seed*1_000_003+uint64(i))
-		svc.Move(w.Position(), w.Velocity())
-		players[i] = &player{node: n, svc: svc, wire: wc, walker: w, host: lh}
-		players[i].setRegion(grid.RegionOf(w.Position()))
-	}
-	stats := newOpStats()
-	var actors []*actor
-	var food map[regions.Coord]*regionFood
-	if cfg.EatEvery > 0 || cfg.FightEvery > 0 {
-		g := workloadGame(grid.Width)
-		food = worldFood(g, pc.World, directory)
-		for i, p := range players {
-			rsvc, err := regions.New(p.node, regions.Config{World: pc.World, Width: grid.Width, Height: grid.Height, Logger: log})
-			if err != nil {
-				return nil, fmt.Errorf("player %d regions: %w", i, err)
-			}
-			regionServices = append(regionServices, rsvc)
-			a := &actor{
-				p: p, self: p.node.ID(), mn: mn, store: rsvc.Client(), rsvc: rsvc, grid: grid, game: g, food: food,
-				stats: stats, latency: latencyOf, eatEvery: cfg.EatEvery, fightEvery: cfg.FightEvery,
-				seed: cfg.Seed*2_000_003 + uint64(i), attackers: map[peer.ID]attackSeen{},
-			}
-			a.me = game.NewPlayer(game.PlayerID(a.self.String()), "bot", game.Vec{})
-			p.host.SetStreamHandler(play.FightProtocol, a.handleFight)
-			actors = append(actors, a)
-		}
-	}
-	// Links without latency: latencyHost adds it per stream (see there).
-	if err := mn.LinkAll(); err != nil {
-		return nil, fmt.Errorf("link peers: %w", err)
-	}
-	// Connect the players who see each other at the start, one
-	// pair at a time, before the game begins: the rendezvous would find
-	// them too, but thousands of concurrent dials at start-up stall
-	// mocknet's per-peer locks. Later region changes go through the
-	// rendezvous.
+	r.mu.Lock()
+	r.next = cfg.Players
+	players := slices.Clone(r.live)
+	r.mu.Unlock()
+	// Connect the players who see each other at the start, one pair at a
+	// time, before the game begins: the rendezvous would find them too,
+	// but thousands of concurrent dials at start-up stall mocknet's
+	// per-peer locks. Later region changes go through the rendezvous.
 	conns := 0
 	for i, a := range players {
-		ra := grid.RegionOf(a.walker.Position())
 		for _, b := range players[i+1:] {
-			if position.Within(ra, grid.RegionOf(b.walker.Position()), cfg.Radius) {
-				if _, err := mn.ConnectPeers(a.node.ID(), b.node.ID()); err != nil {
+			if position.Within(a.start, b.start, cfg.Radius) {
+				if err := r.connect(a.id, b.id); err != nil {
 					return nil, fmt.Errorf("connect players: %w", err)
 				}
 				conns++
 			}
 		}
 	}
-	// Each region's coordinator knows its replica, as after a DHT lookup
-	// of the region's key; the bots connect to both before they use the
-	// region (actor.locate).
-	for _, c := range grid.Neighbourhood(regions.Coord{}, max(grid.Width, grid.Height)) {
-		rf := food[c]
-		if rf != nil && rf.replica != "" {
-			if _, err := mn.ConnectPeers(rf.coordinator, rf.replica); err != nil {
-				return nil, fmt.Errorf("connect coordinator and replica: %w", err)
+	if !cfg.DHTPlacement && r.needRegions() {
+		// Each region's coordinator knows its replica, as after a DHT
+		// lookup of the region's key; the bots connect to both before
+		// they use the region (actor.locate).
+		for _, c := range r.grid.Neighbourhood(regions.Coord{}, max(r.grid.Width, r.grid.Height)) {
+			if coord, replica := r.place.placed(c); replica != "" {
+				if err := r.connect(coord, replica); err != nil {
+					return nil, fmt.Errorf("connect coordinator and replica: %w", err)
+				}
 			}
 		}
 	}
-	log.Info("network built", "players", cfg.Players, "grid", fmt.Sprintf("%dx%d", grid.Width, grid.Height), "connections", conns)
+	buildSeconds := wallClock().Sub(wallStart).Seconds()
+	log.Info("network built", "players", cfg.Players, "grid", fmt.Sprintf("%dx%d", r.grid.Width, r.grid.Height),
+		"connections", conns, "took", time.Duration(buildSeconds*float64(time.Second)))
 
+	bar.running()
 	for _, p := range players {
-		runners.Go(func() {
-			if err := p.svc.Run(runCtx); err != nil {
-				log.Warn("position service", "peer", p.node.ID(), "err", err)
-			}
-		})
+		r.start(p)
 	}
-	runners.Go(func() { drive(runCtx, players, cfg.Step) })
-	for _, a := range actors {
-		runners.Go(func() { a.run(runCtx) })
+	runners.Go(func() { r.drive(runCtx) })
+	churnCtx, stopChurn := context.WithCancel(runCtx)
+	defer stopChurn()
+	if cfg.churning() {
+		r.churning.Go(func() { r.churnLoop(churnCtx) })
 	}
 
 	total := cfg.Warmup + cfg.Duration
 	began := time.Now()
-	bar := newProgress(cfg.Progress, total)
-	var before []snapshot
 	var opsBefore map[string]uint64
 	var load loadMark
 	measuring := false
@@ -389,139 +415,147 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		case <-tick.C:
 		}
 		el := time.Since(began)
-		bar.update(el)
+		bar.update(el, len(r.directory()))
 		if !measuring && el >= cfg.Warmup {
 			measuring = true
-			before = snapshots(players)
-			opsBefore = stats.snapshot()
+			opsBefore = r.stats.record(true)
+			r.rec.setRecording(true)
 			load = markLoad()
-			rec.setRecording(true)
-			stats.setRecording(true)
+			r.beginWindow()
 		}
 		return el >= total
 	}() {
 	}
 	tick.Stop()
-	rec.setRecording(false)
-	stats.setRecording(false)
-	after := snapshots(players)
-	opsAfter := stats.snapshot()
+	r.rec.setRecording(false)
+	opsAfter := r.stats.record(false)
+	measured := time.Since(began) - cfg.Warmup
+	window := r.endWindow()
 	used := load.since()
+	mem := measureMemory(r.online())
 	if cfg.AtEnd != nil {
 		cfg.AtEnd()
 	}
-	measured := time.Since(began) - cfg.Warmup
+	// The churn stops with the window; the leaves under way finish and
+	// the watches of their regions' next coordinators end (within
+	// nextWait), while the network runs on.
+	stopChurn()
+	r.churning.Wait()
+	r.bg.Wait()
 	bar.done()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := buildReport(cfg, pc, before, after, measured, rec)
-	r.Load = used
-	if actors != nil {
-		r.Workload = buildWorkload(cfg, stats, opsBefore, opsAfter)
-		r.Workload.addBandwidth(before, after, measured)
-		checkRoles(r.Workload, actors, food, stats)
+	rep := buildReport(cfg, pc, window, measured, r.rec)
+	rep.Load = used
+	rep.Memory = mem
+	rep.RegionActivity = r.regionsReport(window)
+	if cfg.churning() {
+		rep.Churn = r.churnReport()
 	}
+	if cfg.workload() {
+		rep.Workload = buildWorkload(cfg, r.stats, opsBefore, opsAfter)
+		rep.Workload.addBandwidth(window)
+		if rep.RegionActivity != nil {
+			rep.RegionActivity.ObjectRequestsFailed = rep.Workload.failed()
+		}
+		checkRoles(rep.Workload, r)
+	}
+	if cfg.PlayBots {
+		rep.PlayBots = true
+		rep.Play = playActions(window)
+		rep.RegionActivity.ObjectRequestsFailed = rep.Play["eat/failed"] + rep.Play["pickup/failed"]
+		rep.RegionActivity.Placement = r.placementOfAll()
+	}
+	rep.BuildSeconds = buildSeconds
+	rep.WallSeconds = wallClock().Sub(wallStart).Seconds()
 	stop()
-	return r, nil
+	return rep, nil
+}
+
+// join puts a built player in the directory (its goroutines start with
+// start).
+func (r *run) join(p *player) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.joined = time.Now()
+	r.byID[p.id] = p
+	r.all = append(r.all, p)
+	r.setOnline(p, true)
+	if r.measuring {
+		// Its counters start at zero with the join.
+		p.first = &snapshot{}
+	}
+	r.roles.joined(p)
 }
 
 // cleanupWait bounds how long Run waits for the network to close.
 const cleanupWait = 30 * time.Second
 
-// teardown waits for the services (their run is cancelled; each resets its
-// own streams and unsubscribes while its node still runs), then closes the
-// nodes and the network. Closing nodes or the network under running
-// services makes every stream reset race with their traffic.
-func teardown(mn mocknet.Mocknet, nodes []*node.Node, regionServices []*regions.Service, runners *sync.WaitGroup) {
+// teardown waits for the churn and the services (their run is cancelled;
+// each resets its own streams and unsubscribes while its node still runs),
+// then closes the nodes and the network. Closing nodes or the network
+// under running services makes every stream reset race with their traffic.
+func (r *run) teardown(runners *sync.WaitGroup) {
 	runners.Wait()
+	r.churning.Wait()
+	r.bg.Wait()
+	r.mu.Lock()
+	all := slices.Clone(r.all)
+	r.mu.Unlock()
+	for _, p := range all {
+		if p.stop != nil {
+			p.stop()
+		}
+	}
+	for _, p := range all {
+		p.done.Wait()
+	}
 	var rw sync.WaitGroup
-	for _, s := range regionServices {
-		rw.Go(func() { s.Close() })
+	for _, p := range all {
+		if p.rsvc != nil {
+			rw.Go(func() { p.rsvc.Close() })
+		}
 	}
 	rw.Wait()
 	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Go(func() { n.Close() })
+	for _, p := range all {
+		wg.Go(func() { p.node.Close() })
 	}
 	wg.Wait()
-	_ = mn.Close()
+	_ = r.mn.Close()
 	// A stream opened while its host was closing can outlive the close;
 	// give such stragglers a moment, then close what is left, so that no
 	// goroutine of the run survives it.
 	time.Sleep(time.Second)
-	for _, n := range mn.Nets() {
+	for _, n := range r.mn.Nets() {
 		for _, c := range n.Conns() {
 			_ = c.Close()
 		}
 	}
 }
 
-// drive moves every bot each step, in player order.
-func drive(ctx context.Context, players []*player, step time.Duration) {
-	t := time.NewTicker(step)
+// drive moves every online bot each step, in join order, by one step. On
+// a starved machine ticks come late and the bots walk slower than their
+// speed; moving them by the time that passed instead would make them jump
+// after a stall, between two updates the position service stamped with
+// times closer together than the moves (a teleport to the receivers).
+func (r *run) drive(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Step)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			for _, p := range players {
-				p.walker.Step(step)
+			for _, p := range r.online() {
+				if p.walker == nil {
+					continue // a play bot: its game.Bot walks
+				}
+				p.walker.Step(r.cfg.Step)
 				p.svc.Move(p.walker.Position(), p.walker.Velocity())
 				p.setRegion(p.walker.grid.RegionOf(p.walker.Position()))
 			}
 		}
-	}
-}
-
-type snapshot struct {
-	wire  wireSnapshot
-	stats position.Stats
-	// workloadOut and workloadIn are the workload's stream bytes.
-	workloadOut, workloadIn uint64
-}
-
-func snapshots(players []*player) []snapshot {
-	out := make([]snapshot, len(players))
-	for i, p := range players {
-		out[i] = snapshot{wire: p.wire.snapshot(), stats: p.svc.Stats(),
-			workloadOut: p.host.workloadOut.Load(), workloadIn: p.host.workloadIn.Load()}
-	}
-	return out
-}
-
-// progress draws a one-line bar.
-type progress struct {
-	w     io.Writer
-	total time.Duration
-}
-
-func newProgress(w io.Writer, total time.Duration) *progress { return &progress{w: w, total: total} }
-
-func (p *progress) update(el time.Duration) {
-	if p.w == nil {
-		return
-	}
-	const width = 40
-	f := min(float64(el)/float64(p.total), 1)
-	n := int(f * width)
-	bar := make([]byte, width)
-	for i := range bar {
-		switch {
-		case i < n:
-			bar[i] = '='
-		case i == n:
-			bar[i] = '>'
-		default:
-			bar[i] = ' '
-		}
-	}
-	fmt.Fprintf(p.w, "\r[%s] %3.0f%% %s/%s", bar, f*100, el.Truncate(time.Second), p.total)
-}
-
-func (p *progress) done() {
-	if p.w != nil {
-		fmt.Fprintln(p.w)
 	}
 }

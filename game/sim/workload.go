@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
+	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
@@ -46,11 +46,12 @@ import (
 //     up tick by tick whenever it acts (liveLocked), as World.Advance does
 //     every tick. Its position is the walker's.
 //
-// Before a bot touches a region it connects to the region's coordinator and
-// replica as placement over the directory names them and waits until its
-// region service agrees: the sim's stand-in for the DHT lookup
-// (regions.Service.Locate) a real peer does, and what keeps every bot's
-// requests going to the one coordinator.
+// Before a bot touches a region it finds the region's coordinator: with
+// DHT placement by a DHT lookup (regions.Service.Locate), as game/play
+// does; else it connects to the coordinator and replica placement over
+// the directory names and waits until its region service agrees, the
+// stand-in for that lookup that keeps every bot's requests going to the
+// one coordinator.
 
 // workloadGame is the game configuration of the sim's regions: the
 // default rules with more, faster regrowing food, so that a region of eight
@@ -64,22 +65,14 @@ func workloadGame(side int) game.Config {
 	return g
 }
 
-// regionFood is a region's food as the world seed creates it, and who
-// coordinates it by placement over the directory.
-type regionFood struct {
-	initial              []game.Object
-	coordinator, replica peer.ID
-}
-
-// worldFood computes every region's initial objects and placement.
-func worldFood(g game.Config, world string, directory []peer.ID) map[regions.Coord]*regionFood {
-	out := map[regions.Coord]*regionFood{}
+// worldObjects computes every region's objects as the world seed creates
+// them.
+func worldObjects(g game.Config) map[regions.Coord][]game.Object {
+	out := map[regions.Coord][]game.Object{}
 	for y := range g.RegionsY {
 		for x := range g.RegionsX {
-			c := regions.Coord{X: x, Y: y}
 			m := game.GenerateRegionMap(g, game.RegionCoord{X: x, Y: y})
-			coord, replica := regions.Placement(regions.Key(world, c), directory)
-			out[c] = &regionFood{initial: game.InitialObjects(g, m), coordinator: coord, replica: replica}
+			out[regions.Coord{X: x, Y: y}] = game.InitialObjects(g, m)
 		}
 	}
 	return out
@@ -109,15 +102,13 @@ func (s *opStats) count(op, outcome string) {
 	s.mu.Unlock()
 }
 
-func (s *opStats) setRecording(on bool) {
-	s.mu.Lock()
-	s.recording = on
-	s.mu.Unlock()
-}
-
-func (s *opStats) snapshot() map[string]uint64 {
+// record turns the recording of latencies on or off and returns the
+// outcome counts at that moment, so that the counts of the window and its
+// latencies cover the same operations.
+func (s *opStats) record(on bool) map[string]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.recording = on
 	out := make(map[string]uint64, len(s.counts))
 	for k, v := range s.counts {
 		out[k] = v
@@ -154,14 +145,13 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 type actor struct {
 	p          *player
 	self       peer.ID
-	mn         mocknet.Mocknet
+	sim        *run
 	store      *regions.Client
 	rsvc       *regions.Service
 	grid       position.Grid
 	game       game.Config
-	food       map[regions.Coord]*regionFood
+	initial    map[regions.Coord][]game.Object
 	stats      *opStats
-	latency    func(a, b peer.ID) time.Duration
 	eatEvery   time.Duration
 	fightEvery time.Duration
 	seed       uint64
@@ -248,11 +238,10 @@ func (a *actor) eat(ctx context.Context) {
 		}
 		return
 	}
-	rf := a.food[c]
 	wt := a.wallTick(time.Now())
 	a.mu.Lock()
 	var food, due []int
-	for slot := range rf.initial {
+	for slot := range a.initial[c] {
 		o, ok := a.objects[slot]
 		if !ok {
 			continue
@@ -347,6 +336,8 @@ func classify(err error) string {
 		return "timeout"
 	case errors.Is(err, regions.ErrRejected):
 		return "rejected by coordinator"
+	case errors.Is(err, kb.ErrLookupFailure):
+		return "DHT lookup found nobody"
 	}
 	return "other"
 }
@@ -388,21 +379,24 @@ func (a *actor) hold(ctx context.Context, c regions.Coord) error {
 		return fmt.Errorf("read the region: %s", classify(err))
 	}
 	objects := map[int]regions.Object{}
-	rf := a.food[c]
 	for _, o := range state.Objects {
-		if slot, ok := slotOf(o.ID, len(rf.initial)); ok {
+		if slot, ok := slotOf(o.ID, len(a.initial[c])); ok {
 			objects[slot] = o
 		}
 	}
 	// The missing objects are created at once: the coordinator commits
 	// the concurrent requests as one batch.
+	var missing []int
+	for slot := range a.initial[c] {
+		if _, ok := objects[slot]; !ok {
+			missing = append(missing, slot)
+		}
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
-	for slot, o := range rf.initial {
-		if _, ok := objects[slot]; ok {
-			continue
-		}
+	for _, slot := range missing {
+		o := a.initial[c][slot]
 		wg.Go(func() {
 			obj, err := a.create(gctx, c, slot, o)
 			mu.Lock()
@@ -491,7 +485,7 @@ func (a *actor) absorb(c regions.Coord, o regions.Object) {
 	if !a.holding || a.held != c {
 		return
 	}
-	slot, ok := slotOf(o.ID, len(a.food[c].initial))
+	slot, ok := slotOf(o.ID, len(a.initial[c]))
 	if !ok {
 		return
 	}
@@ -513,21 +507,32 @@ func slotOf(key string, n int) (int, bool) {
 	return slot, true
 }
 
-// locate connects to region c's coordinator and replica and waits until
-// the region service's view names the same coordinator.
+// locate finds region c's coordinator: with DHT placement by a DHT
+// lookup, which connects to the peers closest to the region's key; else it
+// connects to the coordinator and replica placement over the directory
+// names and waits until the region service's view names the same
+// coordinator (with churn, placement may change meanwhile).
 func (a *actor) locate(ctx context.Context, c regions.Coord) error {
-	rf := a.food[c]
-	for _, p := range []peer.ID{rf.coordinator, rf.replica} {
-		if p == "" || p == a.self || a.p.host.Network().Connectedness(p) == network.Connected {
-			continue
+	if a.sim.cfg.DHTPlacement {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, _, err := a.rsvc.Locate(lctx, c); err != nil {
+			return fmt.Errorf("locate: %s", classify(err))
 		}
-		if _, err := a.mn.ConnectPeers(a.self, p); err != nil {
-			return fmt.Errorf("connect to the coordinator: %s", classify(err))
-		}
+		return nil
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if coord, _ := a.rsvc.Coordinator(c); coord == rf.coordinator {
+		coord, replica := a.sim.place.placed(c)
+		for _, p := range []peer.ID{coord, replica} {
+			if p == "" || p == a.self || a.p.host.Network().Connectedness(p) == network.Connected {
+				continue
+			}
+			if err := a.sim.connect(a.self, p); err != nil && !errors.Is(err, errGone) {
+				return fmt.Errorf("connect to the coordinator: %s", classify(err))
+			}
+		}
+		if seen, _ := a.rsvc.Coordinator(c); seen == coord {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -636,6 +641,11 @@ func (a *actor) fight(ctx context.Context) {
 	case ctx.Err() != nil:
 		return
 	case err != nil:
+		if !a.sim.isOnline(target) {
+			// Churn: it left after this bot last saw it.
+			a.stats.count("fight", "failed: the defender left")
+			return
+		}
 		a.stats.count("fight", "failed: "+classify(err))
 		return
 	case !out.Accepted:
@@ -655,7 +665,7 @@ func (a *actor) fight(ctx context.Context) {
 	if rec.DefenderDied {
 		a.stats.count("fight", "defender defeated")
 	}
-	a.stats.fought(took, a.latency(a.self, target)*2)
+	a.stats.fought(took, a.sim.latency(a.self, target)*2)
 }
 
 // handleFight is the defender's side of the fight protocol.
@@ -665,7 +675,15 @@ func (a *actor) handleFight(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	att, err := play.ReadAttack(s)
 	if err != nil {
-		a.stats.count("defend", "malformed")
+		switch {
+		case !a.sim.isOnline(from):
+			a.stats.count("defend", "failed: the attacker left")
+		case !a.sim.isOnline(a.self):
+			// This bot is leaving: its streams are reset.
+			a.stats.count("defend", "failed: the defender left")
+		default:
+			a.stats.count("defend", "malformed")
+		}
 		s.Reset()
 		return
 	}
@@ -763,7 +781,8 @@ type Workload struct {
 	StreamBytesSentPerSec Dist `json:"workload_stream_bytes_sent_per_node_per_s"`
 	EventBytesRecvPerSec  Dist `json:"event_topic_bytes_recv_per_node_per_s"`
 
-	eatMS, fightMS []float64
+	eatMS, fightMS             []float64
+	regrowFailed, createFailed uint64
 }
 
 func diffCounts(after, before map[string]uint64) map[string]uint64 {
@@ -794,6 +813,10 @@ func buildWorkload(cfg Config, stats *opStats, before, after map[string]uint64) 
 			w.FightsRefused += v
 		case strings.HasPrefix(k, "fight/failed"):
 			w.FightsFailed += v
+		case strings.HasPrefix(k, "regrow/failed"):
+			w.regrowFailed += v
+		case strings.HasPrefix(k, "create/failed"):
+			w.createFailed += v
 		}
 	}
 	w.EatsAttempted = w.EatsCommitted + w.EatsRefused + w.EatsFailed
@@ -812,43 +835,43 @@ func buildWorkload(cfg Config, stats *opStats, before, after map[string]uint64) 
 }
 
 // checkRoles compares the region services' roles at the end of the run with
-// placement over the directory, for the regions any bot loaded. A region
-// service holds its lock across gossipsub calls (joining a region's topic),
-// which on a CPU-starved machine can take minutes; roles not known within
-// roleWait are counted as unknown rather than holding the report back. The
-// goroutines still waiting end when the services close.
-func checkRoles(w *Workload, actors []*actor, food map[regions.Coord]*regionFood, stats *opStats) {
-	stats.mu.Lock()
-	coords := make([]regions.Coord, 0, len(stats.held))
-	for c := range stats.held {
+// placement over the players online, for the regions any bot loaded. A
+// region service can be slow to answer on a CPU-starved machine; roles not
+// known within roleWait are counted as unknown rather than holding the
+// report back. The goroutines still waiting end when the services close.
+func checkRoles(w *Workload, r *run) {
+	r.stats.mu.Lock()
+	coords := make([]regions.Coord, 0, len(r.stats.held))
+	for c := range r.stats.held {
 		coords = append(coords, c)
 	}
-	stats.mu.Unlock()
+	r.stats.mu.Unlock()
 	sort.Slice(coords, func(i, j int) bool {
 		return coords[i].Y < coords[j].Y || (coords[i].Y == coords[j].Y && coords[i].X < coords[j].X)
 	})
+	online := r.online()
 	type answer struct {
-		actor int
-		roles []regions.Role
+		player int
+		roles  []regions.Role
 	}
-	answers := make(chan answer, len(actors))
-	for i, a := range actors {
+	answers := make(chan answer, len(online))
+	for i, p := range online {
 		go func() {
 			roles := make([]regions.Role, len(coords))
 			for j, c := range coords {
-				roles[j] = a.rsvc.Role(c)
+				roles[j] = p.rsvc.Role(c)
 			}
 			answers <- answer{i, roles}
 		}()
 	}
-	got := make([][]regions.Role, len(actors))
+	got := make([][]regions.Role, len(online))
 	deadline := time.NewTimer(roleWait)
 	defer deadline.Stop()
 collect:
-	for range actors {
+	for range online {
 		select {
 		case a := <-answers:
-			got[a.actor] = a.roles
+			got[a.player] = a.roles
 		case <-deadline.C:
 			break collect
 		}
@@ -862,14 +885,14 @@ collect:
 		var claimants []peer.ID
 		for i, roles := range got {
 			if roles != nil && roles[j] == regions.RoleCoordinator {
-				claimants = append(claimants, actors[i].self)
+				claimants = append(claimants, online[i].id)
 			}
 		}
 		w.RegionsWithObjects++
 		if len(claimants) > 1 {
 			w.SplitRegions++
 		}
-		if len(claimants) == 1 && claimants[0] == food[c].coordinator {
+		if placed, _ := r.place.placed(c); len(claimants) == 1 && claimants[0] == placed {
 			w.RegionsCoordinatedAsPlaced++
 		}
 	}
@@ -879,14 +902,22 @@ collect:
 const roleWait = 10 * time.Second
 
 // addBandwidth fills in the workload's extra traffic per node.
-func (w *Workload) addBandwidth(before, after []snapshot, measured time.Duration) {
-	secs := measured.Seconds()
+func (w *Workload) addBandwidth(window []windowEntry) {
 	var out, in []float64
-	for i := range after {
-		out = append(out, float64(after[i].workloadOut-before[i].workloadOut)/secs)
-		in = append(in, float64(after[i].wire.eventBytesIn-before[i].wire.eventBytesIn)/secs)
+	for _, e := range window {
+		if e.seconds < minOnlineSeconds {
+			continue
+		}
+		out = append(out, float64(e.last.workloadOut-e.first.workloadOut)/e.seconds)
+		in = append(in, float64(e.last.wire.eventBytesIn-e.first.wire.eventBytesIn)/e.seconds)
 	}
 	w.StreamBytesSentPerSec, w.EventBytesRecvPerSec = summarise(out), summarise(in)
+}
+
+// failed counts the object requests (eats, regrowths, creations) that
+// failed in the window.
+func (w *Workload) failed() uint64 {
+	return w.EatsFailed + w.regrowFailed + w.createFailed
 }
 
 // summary writes the workload's headline figures.
