@@ -2,6 +2,7 @@ package position_test
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -94,13 +95,16 @@ func (w *watchLog) last(p peer.ID) uint64 {
 	return s[len(s)-1]
 }
 
-// gaps is the histogram of steps between consecutive updates of p taken
-// (1: nothing missed) and the largest step.
+// gaps is the histogram of steps between consecutive sequence numbers of
+// p taken (1: nothing missed) and the largest step. The numbers are
+// sorted first: pubsub validates messages concurrently, so two updates can
+// reach the delivery hook in the other order than the tracker took them,
+// and what a receiver missed is the numbers it never took.
 func (w *watchLog) gaps(p peer.ID) (hist map[uint64]int, largest uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	hist = map[uint64]int{}
-	s := w.seqs[p]
+	s := slices.Compact(slices.Sorted(slices.Values(w.seqs[p])))
 	for i := 1; i < len(s); i++ {
 		step := s[i] - s[i-1]
 		hist[step]++
