@@ -172,8 +172,11 @@ func (h *Holder) granted(g Grant, sentAt time.Time) {
 	}
 }
 
-// drop forgets the lease; commits stop at once.
-func (h *Holder) drop(reason string) {
+// drop forgets the lease; commits stop at once. A lease lost while the
+// holder still wanted it is a warning; one let go on purpose is not.
+func (h *Holder) drop(reason string) { h.forget(slog.LevelWarn, "lease dropped", reason) }
+
+func (h *Holder) forget(level slog.Level, msg, reason string) {
 	h.mu.Lock()
 	had := h.leaseID
 	h.leaseID = 0
@@ -182,7 +185,7 @@ func (h *Holder) drop(reason string) {
 	st := h.statusLocked()
 	h.mu.Unlock()
 	if had != 0 {
-		h.log.Warn("lease dropped", "lease", had, "reason", reason)
+		h.log.Log(context.Background(), level, msg, "lease", had, "reason", reason)
 		h.notify(st)
 	}
 }
@@ -283,7 +286,7 @@ func (h *Holder) untilNext(sentAt time.Time, ttl time.Duration) time.Duration {
 // need not wait for the TTL.
 func (h *Holder) release() {
 	st := h.Status()
-	h.drop("holder stopped")
+	h.forget(slog.LevelInfo, "lease released", "holder stopped")
 	if !st.Held {
 		return
 	}
