@@ -85,6 +85,10 @@ type slot struct {
 	source    peer.ID // hand-off source while the transfer runs
 	lastNudge time.Time
 	lastCheck time.Time // a replica's last check with its coordinator
+	// serial counts the assignments this peer signed for the region as
+	// coordinator; assigned is the last one, reused while it holds (trust.go).
+	serial   uint64
+	assigned *pb.Assignment
 }
 
 // New starts the region service on n.
@@ -688,6 +692,9 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 
 // replicate sends one message to the replica and feeds the outcome back.
 func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
+	// The replica keeps this peer's signed assignment with its copy: what
+	// lets it claim the copy when the region is taken over.
+	out.msg.Assignment = s.assign(c, sl, out.msg.Epoch, out.msg.Grant, out.to)
 	reply, err := s.call(s.ctx, out.to, c, &pb.Message{Body: &pb.Message_Replicate{Replicate: out.msg}})
 	var ack *pb.ReplicateAck
 	if err == nil {
