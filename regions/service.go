@@ -695,7 +695,12 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 	// The replica keeps this peer's signed assignment with its copy: what
 	// lets it claim the copy when the region is taken over.
 	out.msg.Assignment = s.assign(c, sl, out.msg.Epoch, out.msg.Grant, out.to)
-	reply, err := s.call(s.ctx, out.to, c, &pb.Message{Body: &pb.Message_Replicate{Replicate: out.msg}})
+	// Half a request's time: a replica that does not answer by then is
+	// replaced while the players' requests waiting on the batch still
+	// wait, so they are answered rather than timed out.
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout/2)
+	defer cancel()
+	reply, err := s.call(ctx, out.to, c, &pb.Message{Body: &pb.Message_Replicate{Replicate: out.msg}})
 	var ack *pb.ReplicateAck
 	if err == nil {
 		ack = reply.GetReplicateAck()
@@ -710,7 +715,16 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 		}
 		s.log.Info("replica unreachable; choosing another", "region", c, "replica", out.to, "err", err)
 		s.metrics.replicas.Inc()
+		// Still connected: the peer lives but left the replication
+		// unanswered (a staller, or a peer too busy to be a replica). A
+		// probe or any message from it would bring it back into placement
+		// at once and make it the replica again, a stall each time; it is
+		// left out as replica for DeadFor instead.
+		stalled := s.h.Network().Connectedness(out.to) == network.Connected
 		s.markDead(out.to)
+		if stalled {
+			s.exclude(c, out.to)
+		}
 		next := s.replicaChoice(c, out.to)
 		sl.mu.Lock()
 		eff = sl.m.ReplicaFailed(out.to, next, time.Now())
