@@ -482,7 +482,7 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 	snap := &pb.Snapshot{Epoch: maxEpoch + 1} // verified entries bound maxEpoch far below wrapping
 	for _, id := range ids {
 		o := proto.Clone(merged[id].Entry.Object).(*pb.Object)
-		o.LockHolder, o.LockExpiresMs = nil, 0
+		o.LockHolder, o.LockExpiresMs, o.LockSinceMs = nil, 0, 0
 		snap.Objects = append(snap.Objects, o)
 	}
 	// The copy is proven by the newest grant its objects were committed

@@ -74,6 +74,9 @@ type machine struct {
 	handoffTo     peer.ID
 	handoffReply  func(*pb.HandoffReply)
 	locks         lockWaits // requests waiting for locked objects (locks.go)
+	// maxHoldMs bounds how long a lock others wait for is kept by
+	// renewals (Config.MaxLockHold; 0: MaxLockTTL).
+	maxHoldMs int64
 }
 
 // pending is a queued request and where its answer goes.
@@ -421,12 +424,22 @@ func (m *machine) evaluate(p *pending, now time.Time, leaseID uint64, allowed bo
 		}
 		next.Value, next.Version = append([]byte(nil), req.Value...), next.Version+1
 	case pb.Op_OP_LOCK:
-		next.LockHolder, next.LockExpiresMs = []byte(p.from), nowMs+int64(req.LockTtlMs)
+		// A renewal keeps the time the lock was taken; while others wait
+		// for the object it cannot carry the lock past the longest hold
+		// (lockStep refuses it once that has passed).
+		since, expires := nowMs, nowMs+int64(req.LockTtlMs)
+		if cur != nil && bytes.Equal(cur.LockHolder, []byte(p.from)) && cur.LockExpiresMs > nowMs && cur.LockSinceMs > 0 {
+			since = cur.LockSinceMs
+		}
+		if m.locks.waiting(req.ObjectId) > 0 {
+			expires = min(expires, since+m.holdLimitMs())
+		}
+		next.LockHolder, next.LockExpiresMs, next.LockSinceMs = []byte(p.from), expires, since
 	case pb.Op_OP_RELEASE:
 		if cur == nil || len(cur.LockHolder) == 0 || cur.LockExpiresMs <= nowMs {
 			return &pb.Reply{Status: pb.Status_STATUS_OK, Object: current(), Epoch: m.epoch}, nil
 		}
-		next.LockHolder, next.LockExpiresMs = nil, 0
+		next.LockHolder, next.LockExpiresMs, next.LockSinceMs = nil, 0, 0
 		if req.Write {
 			next.Value, next.Version = append([]byte(nil), req.Value...), next.Version+1
 		}

@@ -177,6 +177,7 @@ func (s *Service) slot(c Coord) *slot {
 	sl := s.slots[c]
 	if sl == nil {
 		sl = &slot{m: newMachine(s.h.ID(), c, s.cfg.Gate, s.cfg.Proofs, s.cfg.Map, s.log)}
+		sl.m.maxHoldMs = s.cfg.MaxLockHold.Milliseconds()
 		s.slots[c] = sl
 	}
 	return sl

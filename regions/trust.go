@@ -197,6 +197,7 @@ func entryDigest(world string, c Coord, epoch uint64, e *pb.Entry) []byte {
 	b = binary.BigEndian.AppendUint64(b, o.GetVersion())
 	b = appendField(b, o.GetLockHolder())
 	b = binary.BigEndian.AppendUint64(b, uint64(o.GetLockExpiresMs()))
+	b = binary.BigEndian.AppendUint64(b, uint64(o.GetLockSinceMs()))
 	d := e.GetDone()
 	b = appendField(b, d.GetRequestId())
 	b = binary.BigEndian.AppendUint32(b, uint32(d.GetStatus()))

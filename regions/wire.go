@@ -279,6 +279,9 @@ func validateObject(o *pb.Object) error {
 	if len(o.Value) > MaxValueSize {
 		return fmt.Errorf("object %q: value of %d bytes, limit %d", o.Id, len(o.Value), MaxValueSize)
 	}
+	if o.LockSinceMs < 0 || o.LockSinceMs > o.LockExpiresMs {
+		return fmt.Errorf("object %q: lock taken at %d ms, expiring at %d ms", o.Id, o.LockSinceMs, o.LockExpiresMs)
+	}
 	return validatePeerField("lock holder", o.LockHolder, true)
 }
 

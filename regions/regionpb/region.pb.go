@@ -218,6 +218,9 @@ type Object struct {
 	// when it runs out unless renewed.
 	LockHolder    []byte `protobuf:"bytes,4,opt,name=lock_holder,json=lockHolder,proto3" json:"lock_holder,omitempty"`
 	LockExpiresMs int64  `protobuf:"varint,5,opt,name=lock_expires_ms,json=lockExpiresMs,proto3" json:"lock_expires_ms,omitempty"`
+	// When the holder took the lock (unix milliseconds), kept while it
+	// renews it: a lock others wait for is not renewed past a bound.
+	LockSinceMs   int64 `protobuf:"varint,6,opt,name=lock_since_ms,json=lockSinceMs,proto3" json:"lock_since_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -283,6 +286,13 @@ func (x *Object) GetLockHolder() []byte {
 func (x *Object) GetLockExpiresMs() int64 {
 	if x != nil {
 		return x.LockExpiresMs
+	}
+	return 0
+}
+
+func (x *Object) GetLockSinceMs() int64 {
+	if x != nil {
+		return x.LockSinceMs
 	}
 	return 0
 }
@@ -2018,14 +2028,15 @@ var File_region_proto protoreflect.FileDescriptor
 
 const file_region_proto_rawDesc = "" +
 	"\n" +
-	"\fregion.proto\x12\x13overworld.region.v1\"\x91\x01\n" +
+	"\fregion.proto\x12\x13overworld.region.v1\"\xb5\x01\n" +
 	"\x06Object\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x1f\n" +
 	"\vlock_holder\x18\x04 \x01(\fR\n" +
 	"lockHolder\x12&\n" +
-	"\x0flock_expires_ms\x18\x05 \x01(\x03R\rlockExpiresMs\"\x9c\x01\n" +
+	"\x0flock_expires_ms\x18\x05 \x01(\x03R\rlockExpiresMs\x12\"\n" +
+	"\rlock_since_ms\x18\x06 \x01(\x03R\vlockSinceMs\"\x9c\x01\n" +
 	"\x04Done\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x123\n" +
