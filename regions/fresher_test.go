@@ -85,7 +85,7 @@ func TestStaleTakeoverLosesToTheLaterReplica(t *testing.T) {
 	if assign == nil {
 		t.Fatal("the replica holds no assignment")
 	}
-	co.svc.exclude(c, re.id())
+	co.svc.exclude(c, re.id(), "test")
 	csl := co.svc.existingSlot(c)
 	var q peer.ID
 	waitUntil(t, 10*time.Second, "the coordinator to replicate elsewhere", func() bool {

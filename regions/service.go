@@ -244,12 +244,12 @@ func boundedPut(m map[peer.ID]time.Time, p peer.ID, t time.Time) {
 	m[p] = t
 }
 
-// exclude leaves p out as replica for DeadFor.
-func (s *Service) exclude(c Coord, p peer.ID) {
+// exclude leaves p out as replica for DeadFor; why says what it did.
+func (s *Service) exclude(c Coord, p peer.ID, why string) {
 	s.liveMu.Lock()
 	boundedPut(s.excluded, p, time.Now())
 	s.liveMu.Unlock()
-	s.refuse(c, p, "replica answers", refusedReplicaExcluded)
+	s.refuse(c, p, why, refusedReplicaExcluded)
 }
 
 func (s *Service) isExcluded(p peer.ID) bool {
@@ -663,7 +663,7 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		s.metrics.singleCopy.Add(float64(eff.singleCopy))
 	}
 	if eff.exclude != "" {
-		s.exclude(c, eff.exclude)
+		s.exclude(c, eff.exclude, "replica answers")
 	}
 	if eff.handoff != nil {
 		eff.handoff(eff.handoffReply)
@@ -724,7 +724,7 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 		stalled := s.h.Network().Connectedness(out.to) == network.Connected
 		s.markDead(out.to)
 		if stalled {
-			s.exclude(c, out.to)
+			s.exclude(c, out.to, "replication left unanswered")
 		}
 		next := s.replicaChoice(c, out.to)
 		sl.mu.Lock()
