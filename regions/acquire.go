@@ -136,36 +136,42 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 	sl.mu.Lock()
 	own := sl.m.info()
 	sl.mu.Unlock()
-	best := holder{p: self, info: own}
-	s.weigh(c, &best)
-	if own.Role == pb.Role_ROLE_NONE {
-		best = holder{}
+	// The copies, freshest first: this peer's own and the holders'.
+	var copies []holder
+	if own.Role != pb.Role_ROLE_NONE {
+		h := holder{p: self, info: own}
+		s.weigh(c, &h)
+		copies = append(copies, h)
 	}
 	for _, h := range holders {
-		if h.info.Role == pb.Role_ROLE_NONE {
-			continue
-		}
-		s.weigh(c, &h)
-		if best.info == nil || fresher(h, best) {
-			best = h
+		if h.info.Role != pb.Role_ROLE_NONE {
+			s.weigh(c, &h)
+			copies = append(copies, h)
 		}
 	}
-	s.log.Debug("acquiring region", "region", c, "freshest", best.p, "holders", len(holders))
-	switch {
-	case best.info == nil:
-		s.rebuild(ctx, c, sl, asked)
-	case best.p == self:
-		sl.mu.Lock()
-		promoted := sl.m.role == pb.Role_ROLE_REPLICA
-		eff := sl.m.TakeOver(time.Now())
-		sl.mu.Unlock()
-		if promoted {
-			s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
+	sort.SliceStable(copies, func(i, j int) bool { return fresher(copies[i], copies[j]) })
+	s.log.Debug("acquiring region", "region", c, "copies", len(copies), "holders", len(holders))
+	// A holder whose hand-off does not check out (it claimed a copy it
+	// cannot prove) is passed over for the next freshest copy: else one
+	// peer claiming a copy in a far epoch would keep the region from being
+	// taken over for good.
+	for _, best := range copies {
+		if best.p == self {
+			sl.mu.Lock()
+			promoted := sl.m.role == pb.Role_ROLE_REPLICA
+			eff := sl.m.TakeOver(time.Now())
+			sl.mu.Unlock()
+			if promoted {
+				s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
+			}
+			s.run(c, sl, eff)
+			return
 		}
-		s.run(c, sl, eff)
-	default:
-		s.handoffFrom(ctx, c, sl, best.p)
+		if !s.handoffFrom(ctx, c, sl, best.p) {
+			return
+		}
 	}
+	s.rebuild(ctx, c, sl, asked)
 }
 
 // provenHolders drops the holders whose copy does not check out: with a
@@ -285,8 +291,10 @@ func (s *Service) askInfo(ctx context.Context, c Coord, peers []peer.ID) []holde
 }
 
 // handoffFrom asks src for the region's state. While the transfer runs,
-// requests that reach this peer are forwarded to src (serveRequest).
-func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.ID) {
+// requests that reach this peer are forwarded to src (serveRequest). It
+// reports whether the state handed over was refused (it did not check
+// out).
+func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.ID) (refused bool) {
 	self := s.h.ID()
 	for hop := 0; hop < handoffHops && src != ""; hop++ {
 		sl.mu.Lock()
@@ -307,7 +315,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		if hr.Ok {
 			if reason := s.checkHandoff(c, src, hr); reason != "" {
 				s.refuse(c, src, "hand-off", refusedHolderUnproven+"/"+reason)
-				return
+				return true
 			}
 			// The assignment is kept if it names this peer (src held the
 			// grant and handed the region to it); one naming src proved
@@ -335,6 +343,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		}
 		src = next
 	}
+	return false
 }
 
 // checkHandoff checks a handed-over snapshot as provenHolders checks

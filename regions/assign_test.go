@@ -179,3 +179,56 @@ func TestAdversarialReplayedAssignment(t *testing.T) {
 		t.Fatalf("apple is %q after the take-over, want the honest 1", got)
 	}
 }
+
+// TestAdversarialEmptyClaimAfterDoubleFailure: the coordinator and the
+// replica fail together, so the region is rebuilt from its members'
+// caches. A hostile member claims a copy with nothing committed (which
+// needs no proof) in a far epoch, so that it is the freshest holder, and
+// then hands over a forged snapshot. The hand-off is refused, and the
+// region is rebuilt from the caches all the same.
+func TestAdversarialEmptyClaimAfterDoubleFailure(t *testing.T) {
+	c := Coord{1, 0}
+	cl, _, co, re := leasedCluster(t, 6, c)
+	h := cl.addHostile(t, cl.keyRanked(t, c, 6), func(_ peer.ID, m *pb.Message) *pb.Message {
+		switch {
+		case m.GetInfo() != nil:
+			return &pb.Message{Body: &pb.Message_InfoReply{InfoReply: &pb.InfoReply{Role: pb.Role_ROLE_COORDINATOR, Epoch: 1000}}}
+		case m.GetHandoff() != nil:
+			return &pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: &pb.HandoffReply{Ok: true, Snapshot: forgedSnapshot(1000)}}}
+		}
+		return nil
+	})
+	var members []*member
+	for _, m := range cl.live() {
+		if m != co && m != re {
+			if _, err := m.svc.Subscribe(c); err != nil {
+				t.Fatal(err)
+			}
+			members = append(members, m)
+		}
+	}
+	h.meet(t, cl, c)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
+	defer cancel()
+	if _, err := co.cl.ReadWrite(ctx, c, "apple", 1, []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		waitUntil(t, 10*time.Second, "members to cache the honest write", func() bool {
+			_, _, signed := m.svc.cacheOf(c)
+			return len(signed) == 1 && string(signed[0].Entry.Object.Value) == "2"
+		})
+	}
+	co.stop()
+	re.stop()
+	st, err := members[0].cl.Get(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Objects) != 1 || st.Objects[0].ID != "apple" || string(st.Objects[0].Value) != "2" {
+		t.Fatalf("rebuilt region holds %+v, want only apple = 2", st.Objects)
+	}
+	if got := refusedBy(t, refusedHolderUnproven+"/"+refusedProofMissing, cl.live()...); got < 1 {
+		t.Fatalf("the forged hand-off's refusal was not counted (%v)", got)
+	}
+}
