@@ -50,22 +50,41 @@ func (s *Service) beginAcquire(c Coord, asCoordinator bool, nudger peer.ID) {
 type holder struct {
 	p    peer.ID
 	info *pb.InfoReply
-	// With a lease service: the lease ID of the grant proving the copy,
-	// and whether the holder holds that lease itself as coordinator
-	// (it can commit).
-	lease  uint64
+	// With a lease service: what the copy's grant and assignment prove
+	// (checkCopyClaim), and whether the holder holds the grant's lease
+	// itself as coordinator (it can commit).
+	copyRank
 	leased bool
 }
 
-// weigh fills h's lease fields from its copy's grant.
+// weigh fills h's lease fields from its copy's grant and assignment; a
+// claim that does not check out leaves them zero (the rank of a copy
+// with nothing proven). provenHolders has refused such a copy if it has
+// commits in it.
 func (s *Service) weigh(c Coord, h *holder) {
 	if s.cfg.Proofs == nil || h.info == nil || len(h.info.Grant) == 0 {
 		return
 	}
-	if who, id, _, err := s.cfg.Proofs.CheckProof(c, h.info.Grant); err == nil {
-		h.lease = id
-		h.leased = who == h.p && h.info.Role == pb.Role_ROLE_COORDINATOR
+	if h.p == s.h.ID() {
+		// This peer's own copy: its assignment came from its coordinator
+		// (checked as that peer's claim then); only the grant is read.
+		who, id, _, err := s.cfg.Proofs.CheckProof(c, h.info.Grant)
+		if err != nil {
+			return
+		}
+		h.copyRank = copyRank{lease: id, own: who == h.p}
+		if a := h.info.Assignment; !h.own && a != nil && peer.ID(a.Holder) == h.p && a.LeaseId == id {
+			h.assigned, h.assignEpoch, h.serial = true, a.Epoch, a.Serial
+		}
+		h.leased = h.own && h.info.Role == pb.Role_ROLE_COORDINATOR
+		return
 	}
+	r, reason := s.checkCopyClaim(c, h.p, h.info.Grant, h.info.Assignment)
+	if reason != "" {
+		return
+	}
+	h.copyRank = r
+	h.leased = r.own && h.info.Role == pb.Role_ROLE_COORDINATOR
 }
 
 // acquire makes this peer coordinator of c, believing itself the closest
@@ -117,36 +136,42 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 	sl.mu.Lock()
 	own := sl.m.info()
 	sl.mu.Unlock()
-	best := holder{p: self, info: own}
-	s.weigh(c, &best)
-	if own.Role == pb.Role_ROLE_NONE {
-		best = holder{}
+	// The copies, freshest first: this peer's own and the holders'.
+	var copies []holder
+	if own.Role != pb.Role_ROLE_NONE {
+		h := holder{p: self, info: own}
+		s.weigh(c, &h)
+		copies = append(copies, h)
 	}
 	for _, h := range holders {
-		if h.info.Role == pb.Role_ROLE_NONE {
-			continue
-		}
-		s.weigh(c, &h)
-		if best.info == nil || fresher(h, best) {
-			best = h
+		if h.info.Role != pb.Role_ROLE_NONE {
+			s.weigh(c, &h)
+			copies = append(copies, h)
 		}
 	}
-	s.log.Debug("acquiring region", "region", c, "freshest", best.p, "holders", len(holders))
-	switch {
-	case best.info == nil:
-		s.rebuild(ctx, c, sl, asked)
-	case best.p == self:
-		sl.mu.Lock()
-		promoted := sl.m.role == pb.Role_ROLE_REPLICA
-		eff := sl.m.TakeOver(time.Now())
-		sl.mu.Unlock()
-		if promoted {
-			s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
+	sort.SliceStable(copies, func(i, j int) bool { return fresher(copies[i], copies[j]) })
+	s.log.Debug("acquiring region", "region", c, "copies", len(copies), "holders", len(holders))
+	// A holder whose hand-off does not check out (it claimed a copy it
+	// cannot prove) is passed over for the next freshest copy: else one
+	// peer claiming a copy in a far epoch would keep the region from being
+	// taken over for good.
+	for _, best := range copies {
+		if best.p == self {
+			sl.mu.Lock()
+			promoted := sl.m.role == pb.Role_ROLE_REPLICA
+			eff := sl.m.TakeOver(time.Now())
+			sl.mu.Unlock()
+			if promoted {
+				s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
+			}
+			s.run(c, sl, eff)
+			return
 		}
-		s.run(c, sl, eff)
-	default:
-		s.handoffFrom(ctx, c, sl, best.p)
+		if !s.handoffFrom(ctx, c, sl, best.p) {
+			return
+		}
 	}
+	s.rebuild(ctx, c, sl, asked)
 }
 
 // provenHolders drops the holders whose copy does not check out: with a
@@ -165,9 +190,10 @@ func (s *Service) provenHolders(c Coord, holders []holder) []holder {
 					reason = refusedNotPlaced
 				}
 			} else if h.info.Seq > 0 {
-				// The grant is the proof; placement is not asked of a
-				// copy, which may sit where a thin view put it.
-				_, reason = s.checkProofCopy(c, h.info.Grant)
+				// The grant, with the assignment of its holder when it
+				// names another peer, is the proof; placement is not asked
+				// of a copy, which may sit where a thin view put it.
+				_, reason = s.checkCopyClaim(c, h.p, h.info.Grant, h.info.Assignment)
 			}
 			if reason != "" {
 				s.refuse(c, h.p, "holder's copy", refusedHolderUnproven+"/"+reason)
@@ -179,9 +205,21 @@ func (s *Service) provenHolders(c Coord, holders []holder) []holder {
 	return out
 }
 
-// fresher orders holders: with a lease service, newer lease, then the
-// lease's holder; then higher epoch, then longer log, then an active
-// coordinator over a replica.
+// fresher orders holders. With a lease service: newer lease, then the
+// lease's holder coordinating under it; then, under one lease, the copy
+// its holder committed itself, then a copy it assigned (the later
+// assignment first), then the longer log. Without one: higher epoch, then
+// longer log. Last, an active coordinator over a replica.
+//
+// Under one lease only its holder commits, so every copy under it is a
+// prefix of that holder's history whatever the epochs it went through:
+// seqs compare across epochs, and an epoch raised by a take-over that
+// committed nothing (a false suspicion, a hand-on by a replica, a rebuild
+// from caches, whose seq restarts) does not make a shorter copy fresher.
+// A copy on a branch its holder's lease did not write (another lease's)
+// is ordered by lease first, so a longer dead branch never wins. And a
+// replica that was replaced cannot outrank the one that replaced it by
+// claiming a longer copy: the later assignment wins.
 func fresher(ha, hb holder) bool {
 	// The lease service decides who commits: a copy under a newer lease
 	// is fresher whatever the epochs, and of two under the same lease the
@@ -193,6 +231,23 @@ func fresher(ha, hb holder) bool {
 		return ha.leased
 	}
 	a, b := ha.info, hb.info
+	if ha.lease != 0 {
+		if ha.own != hb.own {
+			return ha.own
+		}
+		if ha.assigned != hb.assigned {
+			return ha.assigned
+		}
+		if ha.assigned && (ha.assignEpoch != hb.assignEpoch || ha.serial != hb.serial) {
+			if ha.assignEpoch != hb.assignEpoch {
+				return ha.assignEpoch > hb.assignEpoch
+			}
+			return ha.serial > hb.serial
+		}
+		if a.Seq != b.Seq {
+			return a.Seq > b.Seq
+		}
+	}
 	if a.Epoch != b.Epoch {
 		return a.Epoch > b.Epoch
 	}
@@ -236,8 +291,10 @@ func (s *Service) askInfo(ctx context.Context, c Coord, peers []peer.ID) []holde
 }
 
 // handoffFrom asks src for the region's state. While the transfer runs,
-// requests that reach this peer are forwarded to src (serveRequest).
-func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.ID) {
+// requests that reach this peer are forwarded to src (serveRequest). It
+// reports whether the state handed over was refused (it did not check
+// out).
+func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.ID) (refused bool) {
 	self := s.h.ID()
 	for hop := 0; hop < handoffHops && src != ""; hop++ {
 		sl.mu.Lock()
@@ -258,10 +315,17 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		if hr.Ok {
 			if reason := s.checkHandoff(c, src, hr); reason != "" {
 				s.refuse(c, src, "hand-off", refusedHolderUnproven+"/"+reason)
-				return
+				return true
+			}
+			// The assignment is kept if it names this peer (src held the
+			// grant and handed the region to it); one naming src proved
+			// src's copy only.
+			var assign *pb.Assignment
+			if a := hr.Assignment; a != nil && peer.ID(a.Holder) == self {
+				assign = a
 			}
 			sl.mu.Lock()
-			eff := sl.m.Install(hr.Snapshot, src, true, hr.Grant, time.Now())
+			eff := sl.m.Install(hr.Snapshot, src, true, hr.Grant, assign, time.Now())
 			sl.mu.Unlock()
 			s.log.Info("took region over", "region", c, "from", src, "epoch", hr.Snapshot.Epoch, "objects", len(hr.Snapshot.Objects))
 			s.metrics.takeovers.WithLabelValues(takeoverTransfer).Inc()
@@ -279,6 +343,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		}
 		src = next
 	}
+	return false
 }
 
 // checkHandoff checks a handed-over snapshot as provenHolders checks
@@ -293,7 +358,7 @@ func (s *Service) checkHandoff(c Coord, src peer.ID, hr *pb.HandoffReply) string
 	if hr.Snapshot.Seq == 0 && len(hr.Snapshot.Objects) == 0 {
 		return ""
 	}
-	_, reason := s.checkProofCopy(c, hr.Grant)
+	_, reason := s.checkCopyClaim(c, src, hr.Grant, hr.Assignment)
 	return reason
 }
 
@@ -334,6 +399,13 @@ func (s *Service) serveHandoff(from peer.ID, c Coord) *pb.HandoffReply {
 	defer timer.Stop()
 	select {
 	case r := <-ch:
+		if r.Ok && s.cfg.Proofs != nil {
+			// Handing over a copy committed under this peer's own lease:
+			// the new coordinator gets this peer's assignment of it.
+			if who, _, _, err := s.cfg.Proofs.CheckProof(c, r.Grant); err == nil && who == self {
+				r.Assignment = s.assign(c, sl, r.Snapshot.Epoch, r.Grant, from)
+			}
+		}
 		return r
 	case <-timer.C:
 		return &pb.HandoffReply{Error: "hand-off still waiting for the replica"}
@@ -419,7 +491,7 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 	snap := &pb.Snapshot{Epoch: maxEpoch + 1} // verified entries bound maxEpoch far below wrapping
 	for _, id := range ids {
 		o := proto.Clone(merged[id].Entry.Object).(*pb.Object)
-		o.LockHolder, o.LockExpiresMs = nil, 0
+		o.LockHolder, o.LockExpiresMs, o.LockSinceMs = nil, 0, 0
 		snap.Objects = append(snap.Objects, o)
 	}
 	// The copy is proven by the newest grant its objects were committed
@@ -436,7 +508,7 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 		sl.mu.Unlock()
 		return // someone handed us the state meanwhile
 	}
-	eff := sl.m.Install(snap, "", false, grant, time.Now())
+	eff := sl.m.Install(snap, "", false, grant, nil, time.Now())
 	sl.mu.Unlock()
 	if maxEpoch == 0 && len(merged) == 0 {
 		s.log.Info("region created", "region", c, "asked", len(asked))

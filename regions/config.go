@@ -111,6 +111,11 @@ type Config struct {
 	// DeadFor is how long a peer found unreachable is left out of
 	// placement unless it shows up again. Default 30s.
 	DeadFor time.Duration
+	// MaxLockHold is how long a player may keep a lock by renewing it
+	// while other players wait for the object: past it the lock is not
+	// renewed, and the waiters get the object when it runs out. Default
+	// one minute (MaxLockTTL).
+	MaxLockHold time.Duration
 	// OnRoleChange, if set, is told when this peer starts or stops
 	// coordinating or replicating a region (within a maintenance period),
 	// e.g. to acquire the region's lease before the gate is consulted. It
@@ -152,6 +157,7 @@ func (c *Config) fill() error {
 	def(&c.ProbeTimeout, time.Second, "probe timeout")
 	def(&c.MaintainEvery, 500*time.Millisecond, "maintain period")
 	def(&c.DeadFor, 30*time.Second, "dead-for period")
+	def(&c.MaxLockHold, MaxLockTTL*time.Millisecond, "longest lock hold")
 	if c.ProbeTimeout > c.RequestTimeout {
 		errs = append(errs, fmt.Errorf("probe timeout %s longer than request timeout %s", c.ProbeTimeout, c.RequestTimeout))
 	}

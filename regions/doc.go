@@ -82,7 +82,12 @@
 // order coordinators before epochs: a newer lease deposes, an older one is
 // refused. Coordinators sign each entry they publish with their libp2p key
 // and members keep it with its grant, so a rebuild takes only real entries;
-// a forwarded request needs the player's signature. Refusals are counted
+// they sign each assignment of their copy to a replica (or to the peer they
+// hand the region to), which the copy carries: a copy whose grant names
+// another peer is believed only with that peer's assignment to its holder,
+// and of copies under one lease the holder's own, then the latest
+// assigned, then the longest is the freshest (acquire.go fresher); a
+// forwarded request needs the player's signature. Refusals are counted
 // in overworld_region_refused_total{reason}. Without a lease service,
 // placement is the only check (see the README's security section).
 package regions

@@ -27,6 +27,8 @@ func seedMessages() []*pb.Message {
 		wrap(&pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: &pb.HandoffReply{Ok: true, Snapshot: &pb.Snapshot{Epoch: 1}}}}),
 		wrap(&pb.Message{Body: &pb.Message_CacheReply{CacheReply: &pb.CacheReply{Epoch: 1, Objects: []*pb.Object{obj}}}}),
 		wrap(&pb.Message{Body: &pb.Message_InfoReply{InfoReply: &pb.InfoReply{Role: pb.Role_ROLE_REPLICA, Coordinator: []byte(peerB)}}}),
+		wrap(&pb.Message{Body: &pb.Message_InfoReply{InfoReply: &pb.InfoReply{Role: pb.Role_ROLE_REPLICA, Seq: 3, Coordinator: []byte(peerB),
+			Assignment: &pb.Assignment{Epoch: 2, LeaseId: 7, Holder: []byte(peerA), Serial: 1, Signature: []byte{1, 2, 3}}}}}),
 		wrap(&pb.Message{Body: &pb.Message_Ping{Ping: &pb.Ping{}}}),
 	}
 }

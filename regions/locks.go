@@ -31,12 +31,33 @@ import (
 // coordinator that steps down or hands over answers them with a redirect,
 // and a crashed one's waiters retry by the client's own backoff).
 
-// Bounds of the lock waits.
+// Bounds of the lock waits, and of the locks one player holds in a region
+// (so that one player cannot make everyone else wait on every object).
 const (
 	maxWaitersPerObject = 8
 	maxWaitersPerRegion = 64
 	maxWaitersPerPlayer = 4
+	maxLocksPerPlayer   = 4
 )
+
+// holdLimitMs is how long a lock others wait for may be kept by renewals.
+func (m *machine) holdLimitMs() int64 {
+	if m.maxHoldMs > 0 {
+		return m.maxHoldMs
+	}
+	return MaxLockTTL
+}
+
+// locksHeld counts the locks p holds in the region at nowMs.
+func (m *machine) locksHeld(p peer.ID, nowMs int64) int {
+	n := 0
+	for _, o := range m.objects {
+		if o.LockExpiresMs > nowMs && bytes.Equal(o.LockHolder, []byte(p)) {
+			n++
+		}
+	}
+	return n
+}
 
 // lockWaits are the requests waiting for locked objects of a region.
 type lockWaits struct {
@@ -54,10 +75,19 @@ func (w *lockWaits) init() {
 // waiting is how many requests wait for object id.
 func (w *lockWaits) waiting(id string) int { return len(w.byObject[id]) }
 
-// park adds p to its object's waiters, or reports false past a bound.
+// park adds p to its object's waiters, or reports false past a bound. A
+// retry of a request that waits already (its player gave up waiting for
+// the answer and sent it again) takes the waiting one's place, answer and
+// all, rather than a second slot: retries alone would fill the player's.
 func (w *lockWaits) park(p *pending) bool {
 	w.init()
 	id := p.req.ObjectId
+	for i, q := range w.byObject[id] {
+		if q.from == p.from && bytes.Equal(q.req.RequestId, p.req.RequestId) {
+			w.byObject[id][i] = p
+			return true
+		}
+	}
 	if len(w.byObject[id]) >= maxWaitersPerObject || w.total >= maxWaitersPerRegion || w.byPlayer[p.from] >= maxWaitersPerPlayer {
 		return false
 	}
@@ -130,7 +160,7 @@ func (m *machine) lockStep(p *pending, cur *pb.Object, nowMs int64, leaseID uint
 			return &pb.Reply{Status: pb.Status_STATUS_OK}, nil, true
 		}
 		next := current()
-		next.LockHolder, next.LockExpiresMs = nil, 0
+		next.LockHolder, next.LockExpiresMs, next.LockSinceMs = nil, 0, 0
 		m.seq++
 		e := &pb.Entry{Seq: m.seq, Object: next, LeaseId: leaseID,
 			Done: &pb.Done{RequestId: req.RequestId, Status: pb.Status_STATUS_OK, Version: next.Version}}
@@ -152,6 +182,17 @@ func (m *machine) lockStep(p *pending, cur *pb.Object, nowMs int64, leaseID uint
 				Error: fmt.Sprintf("region %s: too many requests wait for locked objects", m.region)}, nil, true
 		}
 		return nil, nil, true
+	case req.Op != pb.Op_OP_LOCK:
+		return nil, nil, false
+	case locked && m.locks.waiting(req.ObjectId) > 0 && (!held || nowMs >= cur.LockSinceMs+m.holdLimitMs()):
+		// The holder renews a lock others wait for after holding it the
+		// longest a lock may be held, or after it ran out (before its
+		// expiry committed): the waiters get the object first.
+		return &pb.Reply{Status: pb.Status_STATUS_BUSY, Object: current(), Epoch: m.epoch,
+			Error: fmt.Sprintf("region %s: others wait for %q, held the longest a lock may be", m.region, req.ObjectId)}, nil, true
+	case !held && m.locksHeld(p.from, nowMs) >= maxLocksPerPlayer:
+		return &pb.Reply{Status: pb.Status_STATUS_BUSY, Object: current(), Epoch: m.epoch,
+			Error: fmt.Sprintf("region %s: a player holds at most %d locks", m.region, maxLocksPerPlayer)}, nil, true
 	}
 	return nil, nil, false
 }

@@ -141,3 +141,107 @@ func (m *machine) hasLocks() bool {
 	}
 	return false
 }
+
+// TestLockWaitRetriedTakesOneSlot: a player whose lock waits sends it
+// again, with the same request ID, after giving up on the answer: the
+// retry takes the waiting request's place instead of a second slot, and
+// only the retry is answered when the object is released.
+func TestLockWaitRetriedTakesOneSlot(t *testing.T) {
+	co, re := pair(t)
+	holder, waiter := testPeer(30), testPeer(31)
+	var got []pb.Status
+	run := func(from peer.ID, req *pb.Request, answered func(*pb.Reply)) {
+		all := deliver(t, co, re, co.Submit(&pending{from: from, req: req, reply: answered}, t0))
+		for _, a := range all.answers {
+			a.reply(a.r)
+		}
+	}
+	run(holder, &pb.Request{RequestId: reqID(1), Op: pb.Op_OP_LOCK, ObjectId: "x", LockTtlMs: 1000}, func(*pb.Reply) {})
+	first, second := 0, 0
+	lock := &pb.Request{RequestId: reqID(2), Op: pb.Op_OP_LOCK, ObjectId: "x", LockTtlMs: 1000}
+	for i := range maxWaitersPerPlayer + 2 {
+		run(waiter, proto.Clone(lock).(*pb.Request), func(r *pb.Reply) {
+			if i == 0 {
+				first++
+			} else {
+				second++
+				got = append(got, r.Status)
+			}
+		})
+		if co.locks.total != 1 || co.locks.byPlayer[waiter] != 1 {
+			t.Fatalf("retry %d: %d wait, %d of them the player's", i, co.locks.total, co.locks.byPlayer[waiter])
+		}
+	}
+	run(holder, &pb.Request{RequestId: reqID(3), Op: pb.Op_OP_RELEASE, ObjectId: "x"}, func(*pb.Reply) {})
+	if first != 0 || second != 1 || got[0] != pb.Status_STATUS_OK || string(co.objects["x"].LockHolder) != string(waiter) {
+		t.Fatalf("answers: first %d, retries %d %v; holder %q", first, second, got, co.objects["x"].LockHolder)
+	}
+}
+
+// TestLockHoldBounded: while another player waits, the holder's renewals
+// keep the time it took the lock and cannot carry it past the longest
+// hold; at that point they are answered BUSY, and the lock's expiry gives
+// the object to the waiter. With nobody waiting a lock renews freely.
+func TestLockHoldBounded(t *testing.T) {
+	co, re := pair(t)
+	co.maxHoldMs = 1000
+	holder, waiter := testPeer(30), testPeer(31)
+	status := func(from peer.ID, id byte, op pb.Op, at time.Time) pb.Status {
+		var st pb.Status
+		all := deliverAt(t, co, re, co.Submit(&pending{from: from, req: &pb.Request{RequestId: reqID(id), Op: op, ObjectId: "x", LockTtlMs: 500},
+			reply: func(r *pb.Reply) { st = r.Status }}, at), at)
+		for _, a := range all.answers {
+			a.reply(a.r)
+		}
+		return st
+	}
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for i, at := range []int{0, 400, 800, 1200, 1600} { // nobody waits: renewals past the bound
+		if st := status(holder, byte(10+i), pb.Op_OP_LOCK, ms(at)); st != pb.Status_STATUS_OK {
+			t.Fatalf("renewal at %d ms with nobody waiting: %v", at, st)
+		}
+	}
+	if since := co.objects["x"].LockSinceMs; since != t0.UnixMilli() {
+		t.Fatalf("lock taken at %d, recorded %d", t0.UnixMilli(), since)
+	}
+	if st := status(waiter, 20, pb.Op_OP_LOCK, ms(1700)); st != pb.Status_STATUS_UNSPECIFIED {
+		t.Fatalf("the waiter's lock was answered %v, want it to wait", st)
+	}
+	// Held since 0 ms: the bound has passed.
+	if st := status(holder, 21, pb.Op_OP_LOCK, ms(1800)); st != pb.Status_STATUS_BUSY {
+		t.Fatalf("renewal past the bound while another waits: %v", st)
+	}
+	if exp := co.objects["x"].LockExpiresMs; exp != ms(2100).UnixMilli() {
+		t.Fatalf("lock expires at %d, want the last renewal's %d", exp, ms(2100).UnixMilli())
+	}
+	all := deliverAt(t, co, re, co.ExpireLocks(ms(2100)), ms(2100))
+	for _, a := range all.answers {
+		a.reply(a.r)
+	}
+	if h := co.objects["x"].LockHolder; string(h) != string(waiter) || co.objects["x"].LockSinceMs != ms(2100).UnixMilli() {
+		t.Fatalf("after the expiry the lock is %q's since %d", h, co.objects["x"].LockSinceMs)
+	}
+	// The new holder's renewal within the bound is capped at it.
+	if st := status(holder, 22, pb.Op_OP_LOCK, ms(2200)); st != pb.Status_STATUS_UNSPECIFIED {
+		t.Fatalf("the old holder's lock was answered %v, want it to wait", st)
+	}
+	if st := status(waiter, 23, pb.Op_OP_LOCK, ms(2500)); st != pb.Status_STATUS_OK || co.objects["x"].LockExpiresMs != ms(3000).UnixMilli() {
+		t.Fatalf("renewal within the bound: %v, expires %d, want %d", st, co.objects["x"].LockExpiresMs, ms(3000).UnixMilli())
+	}
+	if st := status(waiter, 24, pb.Op_OP_LOCK, ms(2900)); st != pb.Status_STATUS_OK || co.objects["x"].LockExpiresMs != ms(3100).UnixMilli() {
+		t.Fatalf("renewal within the bound: %v, expires %d, want %d", st, co.objects["x"].LockExpiresMs, ms(3100).UnixMilli())
+	}
+}
+
+// deliverAt is deliver with the replica's acknowledgements arriving at at
+// (the batches they let go are evaluated then).
+func deliverAt(t *testing.T, co, re *machine, eff effects, at time.Time) effects {
+	t.Helper()
+	all := eff
+	for eff.send != nil {
+		ack, _ := re.Replicate(co.self, eff.send.msg, false)
+		eff = co.ReplicaAck(re.self, ack, true, at)
+		all.merge(eff)
+	}
+	return all
+}

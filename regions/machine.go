@@ -44,6 +44,11 @@ type machine struct {
 	// replica, replicated) under: what shows a peer taking the region over
 	// that the copy is real (InfoReply.grant, HandoffReply.grant).
 	copyProof []byte
+	// copyAssign is the assignment of the copy to this peer signed by the
+	// peer copyProof names, when that is another peer (its coordinator, or
+	// the coordinator that handed the region over): what shows the copy
+	// this peer's to claim (trust.go checkCopyClaim).
+	copyAssign *pb.Assignment
 
 	// Coordinator side.
 	replica       peer.ID // "" when alone
@@ -69,6 +74,9 @@ type machine struct {
 	handoffTo     peer.ID
 	handoffReply  func(*pb.HandoffReply)
 	locks         lockWaits // requests waiting for locked objects (locks.go)
+	// maxHoldMs bounds how long a lock others wait for is kept by
+	// renewals (Config.MaxLockHold; 0: MaxLockTTL).
+	maxHoldMs int64
 }
 
 // pending is a queued request and where its answer goes.
@@ -223,7 +231,7 @@ func (m *machine) clear() {
 	m.role = pb.Role_ROLE_NONE
 	m.coordinator, m.replica = "", ""
 	m.replicaSynced, m.outstanding = false, false
-	m.copyProof, m.alone, m.hasWantReplica, m.wantReplica, m.strikes = nil, false, false, "", 0
+	m.copyProof, m.copyAssign, m.alone, m.hasWantReplica, m.wantReplica, m.strikes = nil, nil, false, false, "", 0
 	m.objects = map[string]*pb.Object{}
 	m.done = newDoneLog(maxDone)
 	m.inflight, m.inflightEnts = nil, nil
@@ -242,7 +250,7 @@ func (m *machine) info() *pb.InfoReply {
 		}
 	}
 	if m.role != pb.Role_ROLE_NONE {
-		r.Grant = m.proofOfCopy()
+		r.Grant, r.Assignment = m.proofOfCopy(), m.copyAssign
 	}
 	return r
 }
@@ -416,12 +424,22 @@ func (m *machine) evaluate(p *pending, now time.Time, leaseID uint64, allowed bo
 		}
 		next.Value, next.Version = append([]byte(nil), req.Value...), next.Version+1
 	case pb.Op_OP_LOCK:
-		next.LockHolder, next.LockExpiresMs = []byte(p.from), nowMs+int64(req.LockTtlMs)
+		// A renewal keeps the time the lock was taken; while others wait
+		// for the object it cannot carry the lock past the longest hold
+		// (lockStep refuses it once that has passed).
+		since, expires := nowMs, nowMs+int64(req.LockTtlMs)
+		if cur != nil && bytes.Equal(cur.LockHolder, []byte(p.from)) && cur.LockExpiresMs > nowMs && cur.LockSinceMs > 0 {
+			since = cur.LockSinceMs
+		}
+		if m.locks.waiting(req.ObjectId) > 0 {
+			expires = min(expires, since+m.holdLimitMs())
+		}
+		next.LockHolder, next.LockExpiresMs, next.LockSinceMs = []byte(p.from), expires, since
 	case pb.Op_OP_RELEASE:
 		if cur == nil || len(cur.LockHolder) == 0 || cur.LockExpiresMs <= nowMs {
 			return &pb.Reply{Status: pb.Status_STATUS_OK, Object: current(), Epoch: m.epoch}, nil
 		}
-		next.LockHolder, next.LockExpiresMs = nil, 0
+		next.LockHolder, next.LockExpiresMs, next.LockSinceMs = nil, 0, 0
 		if req.Write {
 			next.Value, next.Version = append([]byte(nil), req.Value...), next.Version+1
 		}
@@ -631,7 +649,7 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 		m.load(r.Snapshot)
 		m.role, m.coordinator = pb.Role_ROLE_REPLICA, from
 		if r.Grant != nil {
-			m.copyProof = r.Grant
+			m.copyProof, m.copyAssign = r.Grant, r.Assignment
 		}
 		return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
 	}
@@ -651,7 +669,7 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 		m.apply(e)
 	}
 	if r.Grant != nil {
-		m.copyProof = r.Grant
+		m.copyProof, m.copyAssign = r.Grant, r.Assignment
 	}
 	return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
 }
@@ -673,10 +691,11 @@ func (m *machine) TakeOver(now time.Time) effects {
 
 // Install makes this peer coordinator with s, received in a hand-off or
 // rebuilt from caches. replica already holds s when synced; grant is the
-// lease grant s was committed under (nil if unknown).
-func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []byte, now time.Time) effects {
+// lease grant s was committed under (nil if unknown), assign the
+// assignment of s to this peer by the grant's holder (nil if none).
+func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []byte, assign *pb.Assignment, now time.Time) effects {
 	m.load(s)
-	m.copyProof = grant
+	m.copyProof, m.copyAssign = grant, assign
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.replica, m.replicaSynced, m.outstanding, m.alone = replica, synced && replica != "", false, false
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
@@ -699,7 +718,7 @@ func (m *machine) Handoff(to peer.ID, reply func(*pb.HandoffReply), now time.Tim
 		m.epoch++
 		snap := m.snapshot()
 		m.coordinator = to
-		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: m.copyProof}}
+		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: m.copyProof, Assignment: m.copyAssign}}
 	case m.role != pb.Role_ROLE_COORDINATOR:
 		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Error: "no state for region"}}
 	case m.handoffTo != "":
@@ -737,7 +756,9 @@ func (m *machine) giveAway() (eff effects) {
 	// a peer that takes the region over meanwhile.
 	m.copyProof = grant
 	m.log.Info("handed region over", "region", m.region, "to", to, "epoch", m.epoch, "objects", len(m.objects))
-	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: grant}
+	// The transport replaces the assignment with its own to the new
+	// coordinator when grant is this peer's.
+	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: grant, Assignment: m.copyAssign}
 	return eff
 }
 

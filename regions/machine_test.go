@@ -296,7 +296,7 @@ func TestHandoffWaitsForTheBatchAndRetiresTheOldReplica(t *testing.T) {
 	}
 	// The new coordinator continues with the old one as replica.
 	nc := newTestMachine(peerC)
-	nc.Install(hr.Snapshot, peerA, true, hr.Grant, t0)
+	nc.Install(hr.Snapshot, peerA, true, hr.Grant, nil, t0)
 	eff = nc.Submit(&pending{from: bob, req: rw(3, "food", 1, "2"), reply: r.to("c")}, t0)
 	all = deliver(t, nc, co, eff)
 	for _, a := range all.answers {

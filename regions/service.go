@@ -85,6 +85,10 @@ type slot struct {
 	source    peer.ID // hand-off source while the transfer runs
 	lastNudge time.Time
 	lastCheck time.Time // a replica's last check with its coordinator
+	// serial counts the assignments this peer signed for the region as
+	// coordinator; assigned is the last one, reused while it holds (trust.go).
+	serial   uint64
+	assigned *pb.Assignment
 }
 
 // New starts the region service on n.
@@ -173,6 +177,7 @@ func (s *Service) slot(c Coord) *slot {
 	sl := s.slots[c]
 	if sl == nil {
 		sl = &slot{m: newMachine(s.h.ID(), c, s.cfg.Gate, s.cfg.Proofs, s.cfg.Map, s.log)}
+		sl.m.maxHoldMs = s.cfg.MaxLockHold.Milliseconds()
 		s.slots[c] = sl
 	}
 	return sl
@@ -239,12 +244,12 @@ func boundedPut(m map[peer.ID]time.Time, p peer.ID, t time.Time) {
 	m[p] = t
 }
 
-// exclude leaves p out as replica for DeadFor.
-func (s *Service) exclude(c Coord, p peer.ID) {
+// exclude leaves p out as replica for DeadFor; why says what it did.
+func (s *Service) exclude(c Coord, p peer.ID, why string) {
 	s.liveMu.Lock()
 	boundedPut(s.excluded, p, time.Now())
 	s.liveMu.Unlock()
-	s.refuse(c, p, "replica answers", refusedReplicaExcluded)
+	s.refuse(c, p, why, refusedReplicaExcluded)
 }
 
 func (s *Service) isExcluded(p peer.ID) bool {
@@ -658,7 +663,7 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		s.metrics.singleCopy.Add(float64(eff.singleCopy))
 	}
 	if eff.exclude != "" {
-		s.exclude(c, eff.exclude)
+		s.exclude(c, eff.exclude, "replica answers")
 	}
 	if eff.handoff != nil {
 		eff.handoff(eff.handoffReply)
@@ -688,7 +693,15 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 
 // replicate sends one message to the replica and feeds the outcome back.
 func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
-	reply, err := s.call(s.ctx, out.to, c, &pb.Message{Body: &pb.Message_Replicate{Replicate: out.msg}})
+	// The replica keeps this peer's signed assignment with its copy: what
+	// lets it claim the copy when the region is taken over.
+	out.msg.Assignment = s.assign(c, sl, out.msg.Epoch, out.msg.Grant, out.to)
+	// Half a request's time: a replica that does not answer by then is
+	// replaced while the players' requests waiting on the batch still
+	// wait, so they are answered rather than timed out.
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout/2)
+	defer cancel()
+	reply, err := s.call(ctx, out.to, c, &pb.Message{Body: &pb.Message_Replicate{Replicate: out.msg}})
 	var ack *pb.ReplicateAck
 	if err == nil {
 		ack = reply.GetReplicateAck()
@@ -703,7 +716,16 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 		}
 		s.log.Info("replica unreachable; choosing another", "region", c, "replica", out.to, "err", err)
 		s.metrics.replicas.Inc()
+		// Still connected: the peer lives but left the replication
+		// unanswered (a staller, or a peer too busy to be a replica). A
+		// probe or any message from it would bring it back into placement
+		// at once and make it the replica again, a stall each time; it is
+		// left out as replica for DeadFor instead.
+		stalled := s.h.Network().Connectedness(out.to) == network.Connected
 		s.markDead(out.to)
+		if stalled {
+			s.exclude(c, out.to, "replication left unanswered")
+		}
 		next := s.replicaChoice(c, out.to)
 		sl.mu.Lock()
 		eff = sl.m.ReplicaFailed(out.to, next, time.Now())

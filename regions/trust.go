@@ -65,6 +65,9 @@ const (
 	refusedEventForged      = "event_forged"
 	refusedBounds           = "out_of_bounds"
 	refusedSuspectNotPlaced = "suspect_not_placed"
+	// A copy offered as a replica's (or a hand-off's) without the
+	// assignment its grant's holder signed for the peer offering it.
+	refusedAssignmentUnproven = "assignment_unproven"
 )
 
 // newestLeases remembers the newest lease ID seen with a valid grant for each
@@ -168,8 +171,9 @@ func (s *Service) refuse(c Coord, from peer.ID, what, reason string) {
 // --- signatures with libp2p keys ---------------------------------------------
 
 const (
-	entrySigDomain   = "overworld/region/entry/1:"
-	requestSigDomain = "overworld/region/request/1:"
+	entrySigDomain      = "overworld/region/entry/1:"
+	requestSigDomain    = "overworld/region/request/1:"
+	assignmentSigDomain = "overworld/region/assignment/1:"
 )
 
 func appendField(b []byte, f []byte) []byte {
@@ -193,6 +197,7 @@ func entryDigest(world string, c Coord, epoch uint64, e *pb.Entry) []byte {
 	b = binary.BigEndian.AppendUint64(b, o.GetVersion())
 	b = appendField(b, o.GetLockHolder())
 	b = binary.BigEndian.AppendUint64(b, uint64(o.GetLockExpiresMs()))
+	b = binary.BigEndian.AppendUint64(b, uint64(o.GetLockSinceMs()))
 	d := e.GetDone()
 	b = appendField(b, d.GetRequestId())
 	b = binary.BigEndian.AppendUint32(b, uint32(d.GetStatus()))
@@ -219,6 +224,82 @@ func requestDigest(world string, c Coord, r *pb.Request) []byte {
 		b = append(b, 1)
 	}
 	return b
+}
+
+// assignmentDigest is what a coordinator signs when it makes a peer its
+// replica (or hands the region to it): the region, the epoch, the lease,
+// the peer and the assignment's serial.
+func assignmentDigest(world string, c Coord, a *pb.Assignment) []byte {
+	b := []byte(assignmentSigDomain)
+	b = appendField(b, []byte(world))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.X))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.Y))
+	b = binary.BigEndian.AppendUint64(b, a.Epoch)
+	b = binary.BigEndian.AppendUint64(b, a.LeaseId)
+	b = appendField(b, a.Holder)
+	return binary.BigEndian.AppendUint64(b, a.Serial)
+}
+
+// assign returns this peer's signed assignment of region c's copy to
+// holder in epoch under the lease grant names (this peer's own). The
+// same assignment is reused while epoch, lease and holder stay; a new one
+// gets the slot's next serial. Nil without a lease service or a grant.
+func (s *Service) assign(c Coord, sl *slot, epoch uint64, grant []byte, holder peer.ID) *pb.Assignment {
+	if s.cfg.Proofs == nil || len(grant) == 0 {
+		return nil
+	}
+	_, lease, _, err := s.cfg.Proofs.CheckProof(c, grant)
+	if err != nil {
+		return nil
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if a := sl.assigned; a != nil && a.Epoch == epoch && a.LeaseId == lease && peer.ID(a.Holder) == holder {
+		return a
+	}
+	sl.serial++
+	a := &pb.Assignment{Epoch: epoch, LeaseId: lease, Holder: []byte(holder), Serial: sl.serial}
+	if a.Signature = s.sign(assignmentDigest(s.cfg.World, c, a)); a.Signature == nil {
+		return nil
+	}
+	sl.assigned = a
+	return a
+}
+
+// copyRank is what a verified claim to hold a copy of a region says about
+// it, for fresher: the lease it was committed under, and how its holder
+// came by it: it holds the grant itself (own: it committed the copy), or
+// the grant's holder assigned it the copy (assignEpoch, serial: later
+// assignments are fresher), or neither is shown.
+type copyRank struct {
+	lease       uint64
+	own         bool
+	assigned    bool
+	assignEpoch uint64
+	serial      uint64
+}
+
+// checkCopyClaim verifies p's claim to hold a copy of region c proven by
+// grant: the grant must check out as checkProofCopy has it, and name p,
+// or come with an assignment to p signed by the peer it names under the
+// same lease (replaying another peer's grant, or an assignment to another
+// peer, proves nothing). It returns the rank, or a refusal reason.
+func (s *Service) checkCopyClaim(c Coord, p peer.ID, grant []byte, a *pb.Assignment) (copyRank, string) {
+	cl, reason := s.checkProofCopy(c, grant)
+	if reason != "" || s.cfg.Proofs == nil {
+		return copyRank{}, reason
+	}
+	r := copyRank{lease: cl.leaseID}
+	if cl.holder == p {
+		r.own = true
+		return r, ""
+	}
+	if a == nil || peer.ID(a.Holder) != p || a.LeaseId != cl.leaseID ||
+		!s.verifySig(cl.holder, assignmentDigest(s.cfg.World, c, a), a.Signature) {
+		return copyRank{}, refusedAssignmentUnproven
+	}
+	r.assigned, r.assignEpoch, r.serial = true, a.Epoch, a.Serial
+	return r, ""
 }
 
 // sign signs data with this peer's libp2p key (nil if it has none).

@@ -116,6 +116,9 @@ func validateMessage(m *pb.Message) error {
 		if err := validatePeerField("replica", b.InfoReply.Replica, true); err != nil {
 			return err
 		}
+		if err := validateAssignment(b.InfoReply.Assignment); err != nil {
+			return fmt.Errorf("info reply: %w", err)
+		}
 		return validatePeerField("coordinator", b.InfoReply.Coordinator, true)
 	case *pb.Message_HandoffReply:
 		if b.HandoffReply.Ok && b.HandoffReply.Snapshot == nil {
@@ -126,6 +129,9 @@ func validateMessage(m *pb.Message) error {
 		}
 		if len(b.HandoffReply.Error) > 512 {
 			return errors.New("handoff reply: error text too long")
+		}
+		if err := validateAssignment(b.HandoffReply.Assignment); err != nil {
+			return fmt.Errorf("handoff reply: %w", err)
 		}
 		if err := validateSnapshot(b.HandoffReply.Snapshot); err != nil {
 			return err
@@ -154,6 +160,18 @@ func validateMessage(m *pb.Message) error {
 	default:
 		return fmt.Errorf("unknown message body %T", b)
 	}
+}
+
+// validateAssignment checks an optional assignment's bounds and shape
+// (its signature is checked where the claim it proves is believed).
+func validateAssignment(a *pb.Assignment) error {
+	if a == nil {
+		return nil
+	}
+	if a.Epoch > maxEpoch || len(a.Signature) == 0 || len(a.Signature) > maxSignatureLen {
+		return errors.New("assignment: epoch or signature out of bounds")
+	}
+	return validatePeerField("assignment holder", a.Holder, false)
 }
 
 func validatePeerField(name string, b []byte, optional bool) error {
@@ -261,6 +279,9 @@ func validateObject(o *pb.Object) error {
 	if len(o.Value) > MaxValueSize {
 		return fmt.Errorf("object %q: value of %d bytes, limit %d", o.Id, len(o.Value), MaxValueSize)
 	}
+	if o.LockSinceMs < 0 || o.LockSinceMs > o.LockExpiresMs {
+		return fmt.Errorf("object %q: lock taken at %d ms, expiring at %d ms", o.Id, o.LockSinceMs, o.LockExpiresMs)
+	}
 	return validatePeerField("lock holder", o.LockHolder, true)
 }
 
@@ -345,6 +366,9 @@ func validateReplicate(r *pb.Replicate) error {
 	}
 	if (r.Snapshot == nil) == (len(r.Entries) == 0) {
 		return errors.New("replicate: want either a snapshot or entries")
+	}
+	if err := validateAssignment(r.Assignment); err != nil {
+		return fmt.Errorf("replicate: %w", err)
 	}
 	if r.Snapshot != nil && r.Snapshot.Epoch != r.Epoch {
 		return fmt.Errorf("replicate: snapshot epoch %d in message of epoch %d", r.Snapshot.Epoch, r.Epoch)

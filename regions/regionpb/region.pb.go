@@ -218,6 +218,9 @@ type Object struct {
 	// when it runs out unless renewed.
 	LockHolder    []byte `protobuf:"bytes,4,opt,name=lock_holder,json=lockHolder,proto3" json:"lock_holder,omitempty"`
 	LockExpiresMs int64  `protobuf:"varint,5,opt,name=lock_expires_ms,json=lockExpiresMs,proto3" json:"lock_expires_ms,omitempty"`
+	// When the holder took the lock (unix milliseconds), kept while it
+	// renews it: a lock others wait for is not renewed past a bound.
+	LockSinceMs   int64 `protobuf:"varint,6,opt,name=lock_since_ms,json=lockSinceMs,proto3" json:"lock_since_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -283,6 +286,13 @@ func (x *Object) GetLockHolder() []byte {
 func (x *Object) GetLockExpiresMs() int64 {
 	if x != nil {
 		return x.LockExpiresMs
+	}
+	return 0
+}
+
+func (x *Object) GetLockSinceMs() int64 {
+	if x != nil {
+		return x.LockSinceMs
 	}
 	return 0
 }
@@ -742,7 +752,11 @@ type Replicate struct {
 	Entries  []*Entry               `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
 	// grant: the sender's signed lease grant of the region (a lease service
 	// is in use), which names it as the region's lease holder.
-	Grant         []byte `protobuf:"bytes,4,opt,name=grant,proto3" json:"grant,omitempty"`
+	Grant []byte `protobuf:"bytes,4,opt,name=grant,proto3" json:"grant,omitempty"`
+	// assignment: the sender's signed statement that the receiver is its
+	// replica in this epoch under grant's lease, which the replica shows
+	// with its copy when the region is taken over.
+	Assignment    *Assignment `protobuf:"bytes,5,opt,name=assignment,proto3" json:"assignment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -805,6 +819,95 @@ func (x *Replicate) GetGrant() []byte {
 	return nil
 }
 
+func (x *Replicate) GetAssignment() *Assignment {
+	if x != nil {
+		return x.Assignment
+	}
+	return nil
+}
+
+// Assignment is a coordinator's statement, signed with its libp2p key (see
+// regions' assignmentDigest), that holder holds a copy of the region as
+// its replica (or as the peer it handed the region to) in epoch, under
+// the lease lease_id its grant names it holder of. serial grows with each
+// assignment the coordinator makes, so that of two copies it assigned the
+// later one is known.
+type Assignment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	LeaseId       uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Holder        []byte                 `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	Serial        uint64                 `protobuf:"varint,4,opt,name=serial,proto3" json:"serial,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Assignment) Reset() {
+	*x = Assignment{}
+	mi := &file_region_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Assignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Assignment) ProtoMessage() {}
+
+func (x *Assignment) ProtoReflect() protoreflect.Message {
+	mi := &file_region_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
+func (*Assignment) Descriptor() ([]byte, []int) {
+	return file_region_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Assignment) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Assignment) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *Assignment) GetHolder() []byte {
+	if x != nil {
+		return x.Holder
+	}
+	return nil
+}
+
+func (x *Assignment) GetSerial() uint64 {
+	if x != nil {
+		return x.Serial
+	}
+	return 0
+}
+
+func (x *Assignment) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 type ReplicateAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ok    bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
@@ -823,7 +926,7 @@ type ReplicateAck struct {
 
 func (x *ReplicateAck) Reset() {
 	*x = ReplicateAck{}
-	mi := &file_region_proto_msgTypes[7]
+	mi := &file_region_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +938,7 @@ func (x *ReplicateAck) String() string {
 func (*ReplicateAck) ProtoMessage() {}
 
 func (x *ReplicateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[7]
+	mi := &file_region_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +951,7 @@ func (x *ReplicateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateAck.ProtoReflect.Descriptor instead.
 func (*ReplicateAck) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{7}
+	return file_region_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReplicateAck) GetOk() bool {
@@ -902,7 +1005,7 @@ type Info struct {
 
 func (x *Info) Reset() {
 	*x = Info{}
-	mi := &file_region_proto_msgTypes[8]
+	mi := &file_region_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1017,7 @@ func (x *Info) String() string {
 func (*Info) ProtoMessage() {}
 
 func (x *Info) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[8]
+	mi := &file_region_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1030,7 @@ func (x *Info) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Info.ProtoReflect.Descriptor instead.
 func (*Info) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{8}
+	return file_region_proto_rawDescGZIP(), []int{9}
 }
 
 type InfoReply struct {
@@ -947,14 +1050,17 @@ type InfoReply struct {
 	Grant []byte `protobuf:"bytes,6,opt,name=grant,proto3" json:"grant,omitempty"`
 	// replica: a coordinator's current replica, so that a peer holding an
 	// old copy it was never told to drop learns it is not the replica.
-	Replica       []byte `protobuf:"bytes,7,opt,name=replica,proto3" json:"replica,omitempty"`
+	Replica []byte `protobuf:"bytes,7,opt,name=replica,proto3" json:"replica,omitempty"`
+	// assignment: when grant names another peer, that peer's assignment of
+	// the copy to this one: without it the copy is not believed.
+	Assignment    *Assignment `protobuf:"bytes,8,opt,name=assignment,proto3" json:"assignment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoReply) Reset() {
 	*x = InfoReply{}
-	mi := &file_region_proto_msgTypes[9]
+	mi := &file_region_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1072,7 @@ func (x *InfoReply) String() string {
 func (*InfoReply) ProtoMessage() {}
 
 func (x *InfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[9]
+	mi := &file_region_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1085,7 @@ func (x *InfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoReply.ProtoReflect.Descriptor instead.
 func (*InfoReply) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{9}
+	return file_region_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InfoReply) GetRole() Role {
@@ -1031,6 +1137,13 @@ func (x *InfoReply) GetReplica() []byte {
 	return nil
 }
 
+func (x *InfoReply) GetAssignment() *Assignment {
+	if x != nil {
+		return x.Assignment
+	}
+	return nil
+}
+
 // Handoff asks the holder of a region's state to pass it over.
 type Handoff struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1040,7 +1153,7 @@ type Handoff struct {
 
 func (x *Handoff) Reset() {
 	*x = Handoff{}
-	mi := &file_region_proto_msgTypes[10]
+	mi := &file_region_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1165,7 @@ func (x *Handoff) String() string {
 func (*Handoff) ProtoMessage() {}
 
 func (x *Handoff) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[10]
+	mi := &file_region_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1178,7 @@ func (x *Handoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
 func (*Handoff) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{10}
+	return file_region_proto_rawDescGZIP(), []int{11}
 }
 
 type HandoffReply struct {
@@ -1076,14 +1189,17 @@ type HandoffReply struct {
 	Redirect []byte `protobuf:"bytes,3,opt,name=redirect,proto3" json:"redirect,omitempty"`
 	Error    string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	// grant: as InfoReply.grant, for the snapshot handed over.
-	Grant         []byte `protobuf:"bytes,5,opt,name=grant,proto3" json:"grant,omitempty"`
+	Grant []byte `protobuf:"bytes,5,opt,name=grant,proto3" json:"grant,omitempty"`
+	// assignment: as InfoReply.assignment: the sender's own, or, when the
+	// sender holds grant's lease, its assignment of the copy to the receiver.
+	Assignment    *Assignment `protobuf:"bytes,6,opt,name=assignment,proto3" json:"assignment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HandoffReply) Reset() {
 	*x = HandoffReply{}
-	mi := &file_region_proto_msgTypes[11]
+	mi := &file_region_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1211,7 @@ func (x *HandoffReply) String() string {
 func (*HandoffReply) ProtoMessage() {}
 
 func (x *HandoffReply) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[11]
+	mi := &file_region_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1224,7 @@ func (x *HandoffReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffReply.ProtoReflect.Descriptor instead.
 func (*HandoffReply) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{11}
+	return file_region_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HandoffReply) GetOk() bool {
@@ -1146,6 +1262,13 @@ func (x *HandoffReply) GetGrant() []byte {
 	return nil
 }
 
+func (x *HandoffReply) GetAssignment() *Assignment {
+	if x != nil {
+		return x.Assignment
+	}
+	return nil
+}
+
 // Retire tells an old replica its copy is no longer needed.
 type Retire struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1156,7 +1279,7 @@ type Retire struct {
 
 func (x *Retire) Reset() {
 	*x = Retire{}
-	mi := &file_region_proto_msgTypes[12]
+	mi := &file_region_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1291,7 @@ func (x *Retire) String() string {
 func (*Retire) ProtoMessage() {}
 
 func (x *Retire) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[12]
+	mi := &file_region_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1304,7 @@ func (x *Retire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retire.ProtoReflect.Descriptor instead.
 func (*Retire) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{12}
+	return file_region_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Retire) GetEpoch() uint64 {
@@ -1201,7 +1324,7 @@ type Nudge struct {
 
 func (x *Nudge) Reset() {
 	*x = Nudge{}
-	mi := &file_region_proto_msgTypes[13]
+	mi := &file_region_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1336,7 @@ func (x *Nudge) String() string {
 func (*Nudge) ProtoMessage() {}
 
 func (x *Nudge) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[13]
+	mi := &file_region_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1349,7 @@ func (x *Nudge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nudge.ProtoReflect.Descriptor instead.
 func (*Nudge) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{13}
+	return file_region_proto_rawDescGZIP(), []int{14}
 }
 
 // CacheQuery asks a member for its cache of a region (double failure).
@@ -1238,7 +1361,7 @@ type CacheQuery struct {
 
 func (x *CacheQuery) Reset() {
 	*x = CacheQuery{}
-	mi := &file_region_proto_msgTypes[14]
+	mi := &file_region_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1373,7 @@ func (x *CacheQuery) String() string {
 func (*CacheQuery) ProtoMessage() {}
 
 func (x *CacheQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[14]
+	mi := &file_region_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1386,7 @@ func (x *CacheQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheQuery.ProtoReflect.Descriptor instead.
 func (*CacheQuery) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{14}
+	return file_region_proto_rawDescGZIP(), []int{15}
 }
 
 type CacheReply struct {
@@ -1280,7 +1403,7 @@ type CacheReply struct {
 
 func (x *CacheReply) Reset() {
 	*x = CacheReply{}
-	mi := &file_region_proto_msgTypes[15]
+	mi := &file_region_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1415,7 @@ func (x *CacheReply) String() string {
 func (*CacheReply) ProtoMessage() {}
 
 func (x *CacheReply) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[15]
+	mi := &file_region_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1428,7 @@ func (x *CacheReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheReply.ProtoReflect.Descriptor instead.
 func (*CacheReply) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{15}
+	return file_region_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CacheReply) GetEpoch() uint64 {
@@ -1346,7 +1469,7 @@ type SignedEntry struct {
 
 func (x *SignedEntry) Reset() {
 	*x = SignedEntry{}
-	mi := &file_region_proto_msgTypes[16]
+	mi := &file_region_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1481,7 @@ func (x *SignedEntry) String() string {
 func (*SignedEntry) ProtoMessage() {}
 
 func (x *SignedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[16]
+	mi := &file_region_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1494,7 @@ func (x *SignedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedEntry.ProtoReflect.Descriptor instead.
 func (*SignedEntry) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{16}
+	return file_region_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SignedEntry) GetEpoch() uint64 {
@@ -1417,7 +1540,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_region_proto_msgTypes[17]
+	mi := &file_region_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1552,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[17]
+	mi := &file_region_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1565,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{17}
+	return file_region_proto_rawDescGZIP(), []int{18}
 }
 
 type Ack struct {
@@ -1454,7 +1577,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_region_proto_msgTypes[18]
+	mi := &file_region_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1589,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[18]
+	mi := &file_region_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1602,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{18}
+	return file_region_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Ack) GetError() string {
@@ -1520,7 +1643,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_region_proto_msgTypes[19]
+	mi := &file_region_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1655,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[19]
+	mi := &file_region_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1668,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{19}
+	return file_region_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Message) GetWorld() string {
@@ -1817,7 +1940,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_region_proto_msgTypes[20]
+	mi := &file_region_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1952,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[20]
+	mi := &file_region_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1965,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{20}
+	return file_region_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Event) GetWorld() string {
@@ -1905,14 +2028,15 @@ var File_region_proto protoreflect.FileDescriptor
 
 const file_region_proto_rawDesc = "" +
 	"\n" +
-	"\fregion.proto\x12\x13overworld.region.v1\"\x91\x01\n" +
+	"\fregion.proto\x12\x13overworld.region.v1\"\xb5\x01\n" +
 	"\x06Object\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x1f\n" +
 	"\vlock_holder\x18\x04 \x01(\fR\n" +
 	"lockHolder\x12&\n" +
-	"\x0flock_expires_ms\x18\x05 \x01(\x03R\rlockExpiresMs\"\x9c\x01\n" +
+	"\x0flock_expires_ms\x18\x05 \x01(\x03R\rlockExpiresMs\x12\"\n" +
+	"\rlock_since_ms\x18\x06 \x01(\x03R\vlockSinceMs\"\x9c\x01\n" +
 	"\x04Done\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x123\n" +
@@ -1952,12 +2076,22 @@ const file_region_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x14\n" +
 	"\x05epoch\x18\a \x01(\x04R\x05epoch\x12\x1f\n" +
 	"\vsingle_copy\x18\b \x01(\bR\n" +
-	"singleCopy\"\xa8\x01\n" +
+	"singleCopy\"\xe9\x01\n" +
 	"\tReplicate\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x129\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1d.overworld.region.v1.SnapshotR\bsnapshot\x124\n" +
 	"\aentries\x18\x03 \x03(\v2\x1a.overworld.region.v1.EntryR\aentries\x12\x14\n" +
-	"\x05grant\x18\x04 \x01(\fR\x05grant\"\x94\x01\n" +
+	"\x05grant\x18\x04 \x01(\fR\x05grant\x12?\n" +
+	"\n" +
+	"assignment\x18\x05 \x01(\v2\x1f.overworld.region.v1.AssignmentR\n" +
+	"assignment\"\x8b\x01\n" +
+	"\n" +
+	"Assignment\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\fR\x06holder\x12\x16\n" +
+	"\x06serial\x18\x04 \x01(\x04R\x06serial\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\fR\tsignature\"\x94\x01\n" +
 	"\fReplicateAck\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
@@ -1965,7 +2099,7 @@ const file_region_proto_rawDesc = "" +
 	"\x05stale\x18\x04 \x01(\bR\x05stale\x12 \n" +
 	"\vcoordinator\x18\x05 \x01(\fR\vcoordinator\x12\x14\n" +
 	"\x05grant\x18\x06 \x01(\fR\x05grant\"\x06\n" +
-	"\x04Info\"\xdb\x01\n" +
+	"\x04Info\"\x9c\x02\n" +
 	"\tInfoReply\x12-\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x19.overworld.region.v1.RoleR\x04role\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
@@ -1973,14 +2107,20 @@ const file_region_proto_rawDesc = "" +
 	"\vcoordinator\x18\x04 \x01(\fR\vcoordinator\x12%\n" +
 	"\x0estepping_aside\x18\x05 \x01(\bR\rsteppingAside\x12\x14\n" +
 	"\x05grant\x18\x06 \x01(\fR\x05grant\x12\x18\n" +
-	"\areplica\x18\a \x01(\fR\areplica\"\t\n" +
-	"\aHandoff\"\xa1\x01\n" +
+	"\areplica\x18\a \x01(\fR\areplica\x12?\n" +
+	"\n" +
+	"assignment\x18\b \x01(\v2\x1f.overworld.region.v1.AssignmentR\n" +
+	"assignment\"\t\n" +
+	"\aHandoff\"\xe2\x01\n" +
 	"\fHandoffReply\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x129\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1d.overworld.region.v1.SnapshotR\bsnapshot\x12\x1a\n" +
 	"\bredirect\x18\x03 \x01(\fR\bredirect\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05grant\x18\x05 \x01(\fR\x05grant\"\x1e\n" +
+	"\x05grant\x18\x05 \x01(\fR\x05grant\x12?\n" +
+	"\n" +
+	"assignment\x18\x06 \x01(\v2\x1f.overworld.region.v1.AssignmentR\n" +
+	"assignment\"\x1e\n" +
 	"\x06Retire\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\a\n" +
 	"\x05Nudge\"\f\n" +
@@ -2070,7 +2210,7 @@ func file_region_proto_rawDescGZIP() []byte {
 }
 
 var file_region_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_region_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_region_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_region_proto_goTypes = []any{
 	(Op)(0),              // 0: overworld.region.v1.Op
 	(Status)(0),          // 1: overworld.region.v1.Status
@@ -2082,20 +2222,21 @@ var file_region_proto_goTypes = []any{
 	(*Request)(nil),      // 7: overworld.region.v1.Request
 	(*Reply)(nil),        // 8: overworld.region.v1.Reply
 	(*Replicate)(nil),    // 9: overworld.region.v1.Replicate
-	(*ReplicateAck)(nil), // 10: overworld.region.v1.ReplicateAck
-	(*Info)(nil),         // 11: overworld.region.v1.Info
-	(*InfoReply)(nil),    // 12: overworld.region.v1.InfoReply
-	(*Handoff)(nil),      // 13: overworld.region.v1.Handoff
-	(*HandoffReply)(nil), // 14: overworld.region.v1.HandoffReply
-	(*Retire)(nil),       // 15: overworld.region.v1.Retire
-	(*Nudge)(nil),        // 16: overworld.region.v1.Nudge
-	(*CacheQuery)(nil),   // 17: overworld.region.v1.CacheQuery
-	(*CacheReply)(nil),   // 18: overworld.region.v1.CacheReply
-	(*SignedEntry)(nil),  // 19: overworld.region.v1.SignedEntry
-	(*Ping)(nil),         // 20: overworld.region.v1.Ping
-	(*Ack)(nil),          // 21: overworld.region.v1.Ack
-	(*Message)(nil),      // 22: overworld.region.v1.Message
-	(*Event)(nil),        // 23: overworld.region.v1.Event
+	(*Assignment)(nil),   // 10: overworld.region.v1.Assignment
+	(*ReplicateAck)(nil), // 11: overworld.region.v1.ReplicateAck
+	(*Info)(nil),         // 12: overworld.region.v1.Info
+	(*InfoReply)(nil),    // 13: overworld.region.v1.InfoReply
+	(*Handoff)(nil),      // 14: overworld.region.v1.Handoff
+	(*HandoffReply)(nil), // 15: overworld.region.v1.HandoffReply
+	(*Retire)(nil),       // 16: overworld.region.v1.Retire
+	(*Nudge)(nil),        // 17: overworld.region.v1.Nudge
+	(*CacheQuery)(nil),   // 18: overworld.region.v1.CacheQuery
+	(*CacheReply)(nil),   // 19: overworld.region.v1.CacheReply
+	(*SignedEntry)(nil),  // 20: overworld.region.v1.SignedEntry
+	(*Ping)(nil),         // 21: overworld.region.v1.Ping
+	(*Ack)(nil),          // 22: overworld.region.v1.Ack
+	(*Message)(nil),      // 23: overworld.region.v1.Message
+	(*Event)(nil),        // 24: overworld.region.v1.Event
 }
 var file_region_proto_depIdxs = []int32{
 	1,  // 0: overworld.region.v1.Done.status:type_name -> overworld.region.v1.Status
@@ -2109,31 +2250,34 @@ var file_region_proto_depIdxs = []int32{
 	3,  // 8: overworld.region.v1.Reply.objects:type_name -> overworld.region.v1.Object
 	6,  // 9: overworld.region.v1.Replicate.snapshot:type_name -> overworld.region.v1.Snapshot
 	5,  // 10: overworld.region.v1.Replicate.entries:type_name -> overworld.region.v1.Entry
-	2,  // 11: overworld.region.v1.InfoReply.role:type_name -> overworld.region.v1.Role
-	6,  // 12: overworld.region.v1.HandoffReply.snapshot:type_name -> overworld.region.v1.Snapshot
-	3,  // 13: overworld.region.v1.CacheReply.objects:type_name -> overworld.region.v1.Object
-	19, // 14: overworld.region.v1.CacheReply.entries:type_name -> overworld.region.v1.SignedEntry
-	5,  // 15: overworld.region.v1.SignedEntry.entry:type_name -> overworld.region.v1.Entry
-	7,  // 16: overworld.region.v1.Message.request:type_name -> overworld.region.v1.Request
-	8,  // 17: overworld.region.v1.Message.reply:type_name -> overworld.region.v1.Reply
-	9,  // 18: overworld.region.v1.Message.replicate:type_name -> overworld.region.v1.Replicate
-	10, // 19: overworld.region.v1.Message.replicate_ack:type_name -> overworld.region.v1.ReplicateAck
-	11, // 20: overworld.region.v1.Message.info:type_name -> overworld.region.v1.Info
-	12, // 21: overworld.region.v1.Message.info_reply:type_name -> overworld.region.v1.InfoReply
-	13, // 22: overworld.region.v1.Message.handoff:type_name -> overworld.region.v1.Handoff
-	14, // 23: overworld.region.v1.Message.handoff_reply:type_name -> overworld.region.v1.HandoffReply
-	15, // 24: overworld.region.v1.Message.retire:type_name -> overworld.region.v1.Retire
-	16, // 25: overworld.region.v1.Message.nudge:type_name -> overworld.region.v1.Nudge
-	17, // 26: overworld.region.v1.Message.cache_query:type_name -> overworld.region.v1.CacheQuery
-	18, // 27: overworld.region.v1.Message.cache_reply:type_name -> overworld.region.v1.CacheReply
-	20, // 28: overworld.region.v1.Message.ping:type_name -> overworld.region.v1.Ping
-	21, // 29: overworld.region.v1.Message.ack:type_name -> overworld.region.v1.Ack
-	5,  // 30: overworld.region.v1.Event.entries:type_name -> overworld.region.v1.Entry
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	10, // 11: overworld.region.v1.Replicate.assignment:type_name -> overworld.region.v1.Assignment
+	2,  // 12: overworld.region.v1.InfoReply.role:type_name -> overworld.region.v1.Role
+	10, // 13: overworld.region.v1.InfoReply.assignment:type_name -> overworld.region.v1.Assignment
+	6,  // 14: overworld.region.v1.HandoffReply.snapshot:type_name -> overworld.region.v1.Snapshot
+	10, // 15: overworld.region.v1.HandoffReply.assignment:type_name -> overworld.region.v1.Assignment
+	3,  // 16: overworld.region.v1.CacheReply.objects:type_name -> overworld.region.v1.Object
+	20, // 17: overworld.region.v1.CacheReply.entries:type_name -> overworld.region.v1.SignedEntry
+	5,  // 18: overworld.region.v1.SignedEntry.entry:type_name -> overworld.region.v1.Entry
+	7,  // 19: overworld.region.v1.Message.request:type_name -> overworld.region.v1.Request
+	8,  // 20: overworld.region.v1.Message.reply:type_name -> overworld.region.v1.Reply
+	9,  // 21: overworld.region.v1.Message.replicate:type_name -> overworld.region.v1.Replicate
+	11, // 22: overworld.region.v1.Message.replicate_ack:type_name -> overworld.region.v1.ReplicateAck
+	12, // 23: overworld.region.v1.Message.info:type_name -> overworld.region.v1.Info
+	13, // 24: overworld.region.v1.Message.info_reply:type_name -> overworld.region.v1.InfoReply
+	14, // 25: overworld.region.v1.Message.handoff:type_name -> overworld.region.v1.Handoff
+	15, // 26: overworld.region.v1.Message.handoff_reply:type_name -> overworld.region.v1.HandoffReply
+	16, // 27: overworld.region.v1.Message.retire:type_name -> overworld.region.v1.Retire
+	17, // 28: overworld.region.v1.Message.nudge:type_name -> overworld.region.v1.Nudge
+	18, // 29: overworld.region.v1.Message.cache_query:type_name -> overworld.region.v1.CacheQuery
+	19, // 30: overworld.region.v1.Message.cache_reply:type_name -> overworld.region.v1.CacheReply
+	21, // 31: overworld.region.v1.Message.ping:type_name -> overworld.region.v1.Ping
+	22, // 32: overworld.region.v1.Message.ack:type_name -> overworld.region.v1.Ack
+	5,  // 33: overworld.region.v1.Event.entries:type_name -> overworld.region.v1.Entry
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_region_proto_init() }
@@ -2141,7 +2285,7 @@ func file_region_proto_init() {
 	if File_region_proto != nil {
 		return
 	}
-	file_region_proto_msgTypes[19].OneofWrappers = []any{
+	file_region_proto_msgTypes[20].OneofWrappers = []any{
 		(*Message_Request)(nil),
 		(*Message_Reply)(nil),
 		(*Message_Replicate)(nil),
@@ -2163,7 +2307,7 @@ func file_region_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_region_proto_rawDesc), len(file_region_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
