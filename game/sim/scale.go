@@ -75,14 +75,15 @@ func sortScale(reports []*Report) []*Report {
 // player count, and for each mode how per-player bandwidth changed from
 // the fewest players to the most.
 func ScaleTable(w io.Writer, reports []*Report) {
-	fmt.Fprintln(w, "| mode | players | regions | per region | B/s per player sent avg / p99 | recv avg | delay p50 / p99 ms | link p99 ms | peers/player | heap + stacks MB/player | goroutines/player | wall s | peak RSS GB |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| mode | players | regions | per region | B/s per player sent avg / p99 | recv avg | msgs/s per player sent / recv | delay p50 / p99 ms | link p99 ms | peers/player | heap + stacks MB/player | goroutines/player | wall s | peak RSS GB |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	sorted := sortScale(reports)
 	for _, r := range sorted {
 		m := r.Memory
-		fmt.Fprintf(w, "| %s | %d | %d | %.1f | %.0fk / %.0fk | %.0fk | %.0f / %.0f | %.0f | %.0f | %.2f + %.2f | %.0f | %.0f | %.2f |\n",
+		fmt.Fprintf(w, "| %s | %d | %d | %.1f | %.0fk / %.0fk | %.0fk | %.0f / %.0f | %.0f / %.0f | %.0f | %.0f | %.2f + %.2f | %.0f | %.0f | %.2f |\n",
 			r.modeName(), r.Players, r.Regions, float64(r.Players)/float64(r.Regions),
 			r.BytesSentPerSec.Avg/1000, r.BytesSentPerSec.P99/1000, r.BytesRecvPerSec.Avg/1000,
+			r.MsgsSentPerSec.Avg, r.MsgsRecvPerSec.Avg,
 			r.DelayMS.P50, r.DelayMS.P99, r.LinkLatencyMS.P99, m.PeersPerPlayer.Avg,
 			m.HeapPerPlayerMB, m.StacksPerPlayerMB, m.GoroutinesPerPlayer, r.WallSeconds, r.Load.PeakRSSMB/1024)
 	}

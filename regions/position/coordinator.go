@@ -66,7 +66,7 @@ func (s *Service) handleStream(st network.Stream) {
 			}
 			s.count.joinsSeen.Add(1)
 			_ = st.SetWriteDeadline(time.Now().Add(streamTimeout))
-			n, err := pbframe.WriteMessage(st, s.register(c, remote), maxMembersBytes)
+			n, err := pbframe.WriteMessage(st, s.register(c, remote, b.Join.Member), maxMembersBytes)
 			s.count.streamOut.Add(uint64(n))
 			if err != nil {
 				_ = st.Reset()
@@ -84,23 +84,39 @@ func (s *Service) handleStream(st network.Stream) {
 	}
 }
 
-// register records that p listens to region c and returns the region's
-// other interested peers.
-func (s *Service) register(c regions.Coord, p peer.ID) *Members {
+// registration is a peer's rendezvous with a region this peer
+// coordinates: whether the peer is in the region (a member, which
+// publishes there in direct mode) or only follows it from around, and
+// until when it counts.
+type registration struct {
+	until  time.Time
+	member bool
+}
+
+// register records that p follows region c, as a member if member, and
+// returns the peers it should connect to so that gossipsub meets the
+// region's publishers and subscribers in one hop: a member gets every
+// peer registered for the region (its subscribers, who take its updates
+// in direct mode), a follower only the members (who publish there). Two
+// followers of a region need no connection: they share no publisher but
+// the members and the coordinator, and naming them made every player
+// connect to everyone within two regions of it instead of one (about
+// 125 peers at five players a region instead of 45).
+func (s *Service) register(c regions.Coord, p peer.ID, member bool) *Members {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	m := s.interested[c]
 	if m == nil {
-		m = map[peer.ID]time.Time{}
+		m = map[peer.ID]registration{}
 		s.interested[c] = m
 	}
 	if _, known := m[p]; !known && len(m) >= maxInterested {
 		dropSoonest(m)
 	}
-	m[p] = now.Add(3 * s.cfg.Rendezvous)
+	m[p] = registration{until: now.Add(3 * s.cfg.Rendezvous), member: member}
 	ids := make([]peer.ID, 0, len(m))
-	for id := range m {
-		if id != p {
+	for id, reg := range m {
+		if id != p && (member || reg.member) {
 			ids = append(ids, id)
 		}
 	}
@@ -132,12 +148,12 @@ func (s *Service) register(c regions.Coord, p peer.ID) *Members {
 const maxInterested = 4 * MaxMembers
 
 // dropSoonest removes the entry of m that expires first.
-func dropSoonest(m map[peer.ID]time.Time) {
+func dropSoonest(m map[peer.ID]registration) {
 	var victim peer.ID
 	var at time.Time
-	for id, until := range m {
-		if victim == "" || until.Before(at) || (until.Equal(at) && id < victim) {
-			victim, at = id, until
+	for id, reg := range m {
+		if victim == "" || reg.until.Before(at) || (reg.until.Equal(at) && id < victim) {
+			victim, at = id, reg.until
 		}
 	}
 	delete(m, victim)
@@ -177,7 +193,8 @@ func (s *Service) ingestUpdate(from peer.ID, u *Update) (Verdict, string) {
 		if _, known := in[from]; !known && len(in) >= maxInterested {
 			dropSoonest(in)
 		}
-		in[from] = now.Add(3 * s.cfg.Rendezvous)
+		// The update says the player is in the region: a member now.
+		in[from] = registration{until: now.Add(3 * s.cfg.Rendezvous), member: true}
 	}
 	return Accept, ""
 }
@@ -259,7 +276,7 @@ func (s *Service) rendezvousWith(ctx context.Context, c regions.Coord) error {
 	}
 	var members *Members
 	if coord == s.self {
-		members = s.register(c, s.self)
+		members = s.register(c, s.self, s.ownRegion() == c)
 	} else {
 		members, err = s.join(ctx, coord, c)
 		if err != nil {

@@ -46,8 +46,11 @@
 // a topic of their own (summary.go).
 //
 // The coordinator stream also serves rendezvous: a player sends Join for each
-// region it subscribes to and gets back the peers interested in it, and
-// connects to them so that gossipsub can build the topic's mesh.
+// region it subscribes to, saying whether it is in the region, and gets
+// back the peers to connect to so that gossipsub can build the topic's
+// mesh: a player in the region gets everyone following it, a player
+// following it from around only the players in it. A player's connections
+// thus stay within its own neighbourhood, however large the world.
 //
 // Tracker and the interest functions are pure (no clock, no network); the
 // Service wires them to a node.

@@ -115,11 +115,16 @@ type Service struct {
 	relocations uint32
 	view        map[peer.ID]*seenPlayer
 	coordinator map[regions.Coord]coordinatorEntry
-	interested  map[regions.Coord]map[peer.ID]time.Time // coordinator: who joined, until when
-	pending     map[regions.Coord]map[peer.ID]*Update   // coordinator: updates of this interval
+	interested  map[regions.Coord]map[peer.ID]registration // coordinator: who joined, as what, until when
+	pending     map[regions.Coord]map[peer.ID]*Update      // coordinator: updates of this interval
 	batchSeq    map[regions.Coord]uint64
 	uplink      *uplink
 	rendezvous  map[regions.Coord]time.Time // next rendezvous per subscribed region
+	// joinedOwn is the region the last rendezvous as a member was due
+	// for: a player that walks into a region it already followed joins it
+	// again at once, as a member now (see register).
+	joinedOwn   regions.Coord
+	joinedOwnOK bool
 	inFlight    map[regions.Coord]bool
 	fb          fallback                      // aggregated mode: when to publish directly too
 	summaries   map[regions.Coord]*summariser // coordinator: per region, for the neighbours
@@ -176,7 +181,7 @@ func New(n *node.Node, cfg Config, opts ...Option) (*Service, error) {
 		summaries:   map[regions.Coord]*summariser{},
 		view:        map[peer.ID]*seenPlayer{},
 		coordinator: map[regions.Coord]coordinatorEntry{},
-		interested:  map[regions.Coord]map[peer.ID]time.Time{},
+		interested:  map[regions.Coord]map[peer.ID]registration{},
 		pending:     map[regions.Coord]map[peer.ID]*Update{},
 		batchSeq:    map[regions.Coord]uint64{},
 		rendezvous:  map[regions.Coord]time.Time{},
@@ -375,6 +380,12 @@ func (s *Service) tick(ctx context.Context) {
 	}
 	batches := s.takeBatches()
 	sums := s.takeSummaries(batches, now)
+	if !s.joinedOwnOK || s.joinedOwn != own {
+		if _, subscribed := s.rendezvous[own]; subscribed {
+			s.rendezvous[own] = now
+			s.joinedOwn, s.joinedOwnOK = own, true
+		}
+	}
 	if ctx.Err() == nil {
 		s.startRendezvous(ctx, now)
 	}
@@ -757,8 +768,8 @@ func (s *Service) expire(now time.Time) {
 	s.tracker.Forget(now.Add(-10 * s.cfg.Expire))
 	s.ingest.Forget(now.Add(-10 * s.cfg.Expire))
 	for c, m := range s.interested {
-		for id, until := range m {
-			if now.After(until) {
+		for id, reg := range m {
+			if now.After(reg.until) {
 				delete(m, id)
 			}
 		}
