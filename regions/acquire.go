@@ -107,6 +107,45 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 			s.log.Debug("lookup before acquiring failed", "region", c, "err", err)
 		}
 	}
+	asked := s.askList(c, nudger)
+	holders := s.provenHolders(c, s.askInfo(ctx, c, asked))
+	for _, h := range holders {
+		if s.closer(c, h.p, self) && !h.info.SteppingAside {
+			s.log.Debug("a closer peer is alive; not taking the region", "region", c, "closer", h.p)
+			s.nudge(h.p, c)
+			return
+		}
+	}
+	copies := s.rankCopies(c, sl, holders)
+	s.log.Debug("acquiring region", "region", c, "copies", len(copies), "holders", len(holders))
+	// A holder whose hand-off does not check out (it claimed a copy it
+	// cannot prove) is passed over for the next freshest copy: else one
+	// peer claiming a copy in a far epoch would keep the region from being
+	// taken over for good.
+	for _, best := range copies {
+		if best.p == self {
+			sl.mu.Lock()
+			promoted := sl.m.role == pb.Role_ROLE_REPLICA
+			eff := sl.m.TakeOver(time.Now())
+			sl.mu.Unlock()
+			if promoted {
+				s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
+			}
+			s.run(c, sl, eff)
+			return
+		}
+		if _, refused := s.handoffFrom(ctx, c, sl, best.p); !refused {
+			return
+		}
+	}
+	s.rebuild(ctx, c, sl, asked)
+}
+
+// askList is whom acquiring or comparing copies of region c asks what
+// they hold: the next closest peers, the nudger, and the coordinators
+// whose entries this peer's cache holds.
+func (s *Service) askList(c Coord, nudger peer.ID) []peer.ID {
+	self := s.h.ID()
 	var asked []peer.ID
 	for _, p := range s.placement(c) {
 		if p != self && len(asked) < acquireAsk {
@@ -125,14 +164,13 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 			asked = append(asked, p)
 		}
 	}
-	holders := s.provenHolders(c, s.askInfo(ctx, c, asked))
-	for _, h := range holders {
-		if s.closer(c, h.p, self) && !h.info.SteppingAside {
-			s.log.Debug("a closer peer is alive; not taking the region", "region", c, "closer", h.p)
-			s.nudge(h.p, c)
-			return
-		}
-	}
+	return asked
+}
+
+// rankCopies lists the copies of region c, freshest first: this peer's
+// own and the holders'.
+func (s *Service) rankCopies(c Coord, sl *slot, holders []holder) []holder {
+	self := s.h.ID()
 	sl.mu.Lock()
 	own := sl.m.info()
 	sl.mu.Unlock()
@@ -150,28 +188,59 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 		}
 	}
 	sort.SliceStable(copies, func(i, j int) bool { return fresher(copies[i], copies[j]) })
-	s.log.Debug("acquiring region", "region", c, "copies", len(copies), "holders", len(holders))
-	// A holder whose hand-off does not check out (it claimed a copy it
-	// cannot prove) is passed over for the next freshest copy: else one
-	// peer claiming a copy in a far epoch would keep the region from being
-	// taken over for good.
-	for _, best := range copies {
-		if best.p == self {
-			sl.mu.Lock()
-			promoted := sl.m.role == pb.Role_ROLE_REPLICA
-			eff := sl.m.TakeOver(time.Now())
-			sl.mu.Unlock()
-			if promoted {
-				s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
-			}
-			s.run(c, sl, eff)
-			return
-		}
-		if !s.handoffFrom(ctx, c, sl, best.p) {
-			return
-		}
+	return copies
+}
+
+// compareCopies runs when this coordinator of region c holds a lease its
+// copy was not compared under (machine.verifiedLease): it asks the peers
+// acquire asks what they hold and, if a copy that checks out is fresher
+// than its own, takes it over by hand-off, as acquire does. Only then
+// does it commit under the lease. The lease was held before the peers
+// were asked, so no copy can have grown since under another.
+func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
+	self := s.h.ID()
+	sl.mu.Lock()
+	due := time.Since(sl.lastCompare) > 2*s.cfg.MaintainEvery
+	if sl.acquiring || sl.m.role != pb.Role_ROLE_COORDINATOR || !due {
+		// The next step of the machine asks again (an acquisition
+		// running compares copies itself, or a failed comparison is
+		// retried no more than every other maintenance period).
+		eff := sl.m.Compared(lease, false, time.Now())
+		sl.mu.Unlock()
+		s.run(c, sl, eff)
+		return
 	}
-	s.rebuild(ctx, c, sl, asked)
+	sl.lastCompare = time.Now()
+	sl.acquiring = true
+	done := make(chan struct{})
+	sl.acquired = done
+	sl.mu.Unlock()
+	ok := func() bool {
+		ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
+		defer cancel()
+		holders := s.provenHolders(c, s.askInfo(ctx, c, s.askList(c, "")))
+		for _, best := range s.rankCopies(c, sl, holders) {
+			if best.p == self {
+				return true
+			}
+			s.log.Info("a fresher copy of the region is held elsewhere; taking it over before committing under a new lease",
+				"region", c, "holder", best.p, "lease", lease)
+			installed, refused := s.handoffFrom(ctx, c, sl, best.p)
+			if installed {
+				return true
+			}
+			if !refused {
+				return false
+			}
+		}
+		return false
+	}()
+	sl.mu.Lock()
+	sl.acquiring, sl.source = false, ""
+	eff := sl.m.Compared(lease, ok, time.Now())
+	sl.mu.Unlock()
+	close(done)
+	s.run(c, sl, eff)
 }
 
 // provenHolders drops the holders whose copy does not check out: with a
@@ -292,9 +361,9 @@ func (s *Service) askInfo(ctx context.Context, c Coord, peers []peer.ID) []holde
 
 // handoffFrom asks src for the region's state. While the transfer runs,
 // requests that reach this peer are forwarded to src (serveRequest). It
-// reports whether the state handed over was refused (it did not check
-// out).
-func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.ID) (refused bool) {
+// reports whether this peer installed the state, and whether the state
+// handed over was refused (it did not check out).
+func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.ID) (installed, refused bool) {
 	self := s.h.ID()
 	for hop := 0; hop < handoffHops && src != ""; hop++ {
 		sl.mu.Lock()
@@ -315,7 +384,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		if hr.Ok {
 			if reason := s.checkHandoff(c, src, hr); reason != "" {
 				s.refuse(c, src, "hand-off", refusedHolderUnproven+"/"+reason)
-				return true
+				return false, true
 			}
 			// The assignment is kept if it names this peer (src held the
 			// grant and handed the region to it); one naming src proved
@@ -330,7 +399,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 			s.log.Info("took region over", "region", c, "from", src, "epoch", hr.Snapshot.Epoch, "objects", len(hr.Snapshot.Objects))
 			s.metrics.takeovers.WithLabelValues(takeoverTransfer).Inc()
 			s.run(c, sl, eff)
-			return
+			return true, false
 		}
 		next, err := peer.IDFromBytes(hr.Redirect)
 		if err != nil || next == self || next == src {
@@ -343,7 +412,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		}
 		src = next
 	}
-	return false
+	return false, false
 }
 
 // checkHandoff checks a handed-over snapshot as provenHolders checks

@@ -56,6 +56,12 @@
 //     hands over a snapshot in a new epoch and becomes the replica; the old
 //     replica retires. While the transfer runs the new peer forwards
 //     requests to the old coordinator.
+//   - A new lease: with a lease service that signs, a coordinator that
+//     gains a lease it did not commit its copy under (after a take-over, a
+//     hand-off or a lapse, or a second coordinator left over from a false
+//     suspicion) compares its copy with the next closest peers' as acquire
+//     does, and takes a fresher one over, before it commits or replicates
+//     under the lease (machine.verifiedLease, acquire.go compareCopies).
 //   - Double failure: when nobody holds the region, the new coordinator
 //     rebuilds it from the members' caches (the highest version of each
 //     object) and logs that updates newer than any cache may be lost. A new

@@ -77,6 +77,17 @@ type machine struct {
 	// maxHoldMs bounds how long a lock others wait for is kept by
 	// renewals (Config.MaxLockHold; 0: MaxLockTTL).
 	maxHoldMs int64
+	// verifiedLease is the lease under which this coordinator's copy is
+	// known to hold every commit: it committed under it, or compared its
+	// copy with the placed peers' after the lease was granted. A lease it
+	// gains otherwise (after a take-over, a hand-off, a lapse, or as a
+	// stray coordinator left over from a false suspicion whose copy went
+	// stale while the real one committed) commits nothing until the
+	// copies are compared (effects.compare, Compared): else a stale copy
+	// would overwrite acknowledged updates. Only with a lease service that
+	// signs (proofs).
+	verifiedLease uint64
+	comparing     bool // a comparison was asked for and has not ended
 }
 
 // pending is a queued request and where its answer goes.
@@ -119,6 +130,10 @@ type effects struct {
 	exclude peer.ID
 	// singleCopy counts changes acknowledged with no replica holding them.
 	singleCopy int
+	// compare: the coordinator holds this lease but has not compared its
+	// copy with the placed peers' under it; the transport compares (and
+	// takes a fresher copy over), then calls Compared.
+	compare uint64
 }
 
 func (e *effects) merge(o effects) {
@@ -142,6 +157,9 @@ func (e *effects) merge(o effects) {
 		e.exclude = o.exclude
 	}
 	e.singleCopy += o.singleCopy
+	if o.compare != 0 {
+		e.compare = o.compare
+	}
 }
 
 // maxStrikes is how many answers in a row a replica may give that neither
@@ -232,6 +250,7 @@ func (m *machine) clear() {
 	m.coordinator, m.replica = "", ""
 	m.replicaSynced, m.outstanding = false, false
 	m.copyProof, m.copyAssign, m.alone, m.hasWantReplica, m.wantReplica, m.strikes = nil, nil, false, false, "", 0
+	m.verifiedLease, m.comparing = 0, false
 	m.objects = map[string]*pb.Object{}
 	m.done = newDoneLog(maxDone)
 	m.inflight, m.inflightEnts = nil, nil
@@ -265,14 +284,62 @@ func (m *machine) currentProof() []byte {
 }
 
 // proofOfCopy is what shows the copy real: the coordinator's own grant if
-// it has one now, else the grant the copy was last committed under.
+// it has one now and its copy is known complete under it, else the grant
+// the copy was last committed under. A copy not yet compared under the
+// lease it holds is not claimed as that lease's: it may be a stale one.
 func (m *machine) proofOfCopy() []byte {
 	if m.role == pb.Role_ROLE_COORDINATOR {
-		if p := m.currentProof(); p != nil {
+		if p := m.currentProof(); p != nil && (m.verifiedLease != 0 && m.leaseOf(p) == m.verifiedLease) {
 			return p
 		}
 	}
 	return m.copyProof
+}
+
+// leaseOf is the lease ID grant names (0 if it does not check out).
+func (m *machine) leaseOf(grant []byte) uint64 {
+	if m.proofs == nil {
+		return 0
+	}
+	_, id, _, err := m.proofs.CheckProof(m.region, grant)
+	if err != nil {
+		return 0
+	}
+	return id
+}
+
+// uncompared reports whether this coordinator holds a lease its copy has
+// not been compared under (see verifiedLease); the first time it does, it
+// asks the transport to compare (eff.compare).
+func (m *machine) uncompared(eff *effects) bool {
+	if m.proofs == nil || m.role != pb.Role_ROLE_COORDINATOR {
+		return false
+	}
+	id, ok := m.gate.Allowed(m.region)
+	if !ok || id == m.verifiedLease {
+		return false
+	}
+	if !m.comparing {
+		m.comparing = true
+		eff.compare = id
+	}
+	return true
+}
+
+// Compared reports that the copies were compared under lease (asked for
+// when it was held) and this coordinator holds the freshest (its own, or
+// one it took over meanwhile); ok false: the comparison did not finish,
+// and the next step asks again.
+func (m *machine) Compared(lease uint64, ok bool, now time.Time) effects {
+	if m.role != pb.Role_ROLE_COORDINATOR || !m.comparing {
+		return effects{}
+	}
+	m.comparing = false
+	if !ok {
+		return effects{}
+	}
+	m.verifiedLease = lease
+	return m.pump(now)
 }
 
 func redirectReply(to peer.ID) *pb.Reply {
@@ -309,7 +376,9 @@ func (m *machine) pump(now time.Time) (eff effects) {
 		}
 		if m.replica != "" && !m.replicaSynced {
 			grant := m.currentProof()
-			if m.proofs == nil || grant != nil {
+			// A copy not compared under the lease is not sent under it: the
+			// replica would take it over its own, which may be fresher.
+			if (m.proofs == nil || grant != nil) && !m.uncompared(&eff) {
 				m.outstanding, m.outSeq = true, m.seq
 				eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Snapshot: m.snapshot(), Grant: grant}}
 				return eff
@@ -345,7 +414,7 @@ func (m *machine) pump(now time.Time) (eff effects) {
 			eff.merge(m.giveAway())
 			return eff
 		}
-		if len(m.queue) == 0 {
+		if len(m.queue) == 0 || m.uncompared(&eff) {
 			return eff
 		}
 		m.formBatch(now)
@@ -359,6 +428,9 @@ func (m *machine) formBatch(now time.Time) {
 	batch := m.queue[:n]
 	m.queue = append([]*pending(nil), m.queue[n:]...)
 	leaseID, allowed := m.gate.Allowed(m.region)
+	if allowed && m.proofs != nil && leaseID != m.verifiedLease {
+		allowed = false // the lease changed since pump checked: retried later
+	}
 	m.inflightLease = leaseID
 	for _, p := range batch {
 		r, e := m.evaluate(p, now, leaseID, allowed)
@@ -684,6 +756,7 @@ func (m *machine) TakeOver(now time.Time) effects {
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.epoch++
 	m.replica, m.replicaSynced, m.outstanding, m.alone = "", false, false, false
+	m.verifiedLease = 0
 	eff := m.pump(now)
 	eff.needReplica = true
 	return eff
@@ -699,6 +772,7 @@ func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.replica, m.replicaSynced, m.outstanding, m.alone = replica, synced && replica != "", false, false
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
+	m.verifiedLease = 0
 	eff := m.pump(now)
 	if replica == "" {
 		eff.needReplica = true
@@ -751,6 +825,7 @@ func (m *machine) giveAway() (eff effects) {
 	m.role, m.coordinator = pb.Role_ROLE_REPLICA, to
 	m.replica, m.replicaSynced, m.outstanding = "", false, false
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
+	m.verifiedLease, m.comparing = 0, false
 	// The copy keeps the grant it was committed under until the new
 	// coordinator replicates under its own: it is what proves the copy to
 	// a peer that takes the region over meanwhile.

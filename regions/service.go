@@ -85,6 +85,9 @@ type slot struct {
 	source    peer.ID // hand-off source while the transfer runs
 	lastNudge time.Time
 	lastCheck time.Time // a replica's last check with its coordinator
+	// lastCompare: when a coordinator last compared copies under a new
+	// lease (acquire.go compareCopies).
+	lastCompare time.Time
 	// serial counts the assignments this peer signed for the region as
 	// coordinator; assigned is the last one, reused while it holds (trust.go).
 	serial   uint64
@@ -681,6 +684,10 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 	if eff.send != nil {
 		out := eff.send
 		s.spawn(func() { s.replicate(c, sl, out) })
+	}
+	if eff.compare != 0 {
+		lease := eff.compare
+		s.spawn(func() { s.compareCopies(c, sl, lease) })
 	}
 	if eff.needReplica {
 		next := s.replicaChoice(c)
