@@ -29,8 +29,9 @@
 // current, else rejected with the current value and version; lock and
 // release: paper 004's locks, locks.go — the lock's answer carries the
 // value, the release may carry the new one, a request on an object another
-// player locked waits in a bounded FIFO, and locks run out by a committed
-// expiry unless renewed), applies the
+// player locked waits in a bounded FIFO, dropped if the player goes away
+// or its request times out, and locks run out by a committed expiry
+// unless renewed), applies the
 // changes, and sends them to the replica. Only when the replica has
 // acknowledged them are the players answered and the changes published on
 // the region's event topic (EventTopic), from which members (Subscribe)

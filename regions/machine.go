@@ -96,7 +96,16 @@ type pending struct {
 	req    *pb.Request
 	reply  func(*pb.Reply)
 	expiry bool // a lock's expiry, queued by ExpireLocks
+	// deadlineMs is when its requester stops listening for the answer
+	// (Unix ms; 0: never), set by the transport from its own timeout and
+	// moved earlier by Abandon when the requester goes away. A request
+	// past it is not carried out: a lock nobody waits for any more would
+	// block the others until its TTL.
+	deadlineMs int64
 }
+
+// gone reports whether p's requester stopped listening by nowMs.
+func (p *pending) gone(nowMs int64) bool { return p.deadlineMs != 0 && nowMs >= p.deadlineMs }
 
 type answer struct {
 	reply func(*pb.Reply)
@@ -427,12 +436,19 @@ func (m *machine) formBatch(now time.Time) {
 	n := min(len(m.queue), maxBatch)
 	batch := m.queue[:n]
 	m.queue = append([]*pending(nil), m.queue[n:]...)
+	nowMs := now.UnixMilli()
 	leaseID, allowed := m.gate.Allowed(m.region)
 	if allowed && m.proofs != nil && leaseID != m.verifiedLease {
 		allowed = false // the lease changed since pump checked: retried later
 	}
 	m.inflightLease = leaseID
 	for _, p := range batch {
+		if p.gone(nowMs) {
+			// Nobody listens for the answer: a lock or write woken from
+			// its wait, or queued behind a long batch, is dropped.
+			m.inflight = append(m.inflight, answer{p.reply, &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "request abandoned"}})
+			continue
+		}
 		r, e := m.evaluate(p, now, leaseID, allowed)
 		if r == nil {
 			continue // waits for a lock (locks.go)
@@ -503,7 +519,7 @@ func (m *machine) evaluate(p *pending, now time.Time, leaseID uint64, allowed bo
 		if cur != nil && bytes.Equal(cur.LockHolder, []byte(p.from)) && cur.LockExpiresMs > nowMs && cur.LockSinceMs > 0 {
 			since = cur.LockSinceMs
 		}
-		if m.locks.waiting(req.ObjectId) > 0 {
+		if m.locks.waiting(req.ObjectId, nowMs) > 0 {
 			expires = min(expires, since+m.holdLimitMs())
 		}
 		next.LockHolder, next.LockExpiresMs, next.LockSinceMs = []byte(p.from), expires, since
