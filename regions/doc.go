@@ -95,6 +95,8 @@
 // and of copies under one lease the holder's own, then the latest
 // assigned, then the longest is the freshest (acquire.go fresher); a
 // forwarded request needs the player's signature. Refusals are counted
-// in overworld_region_refused_total{reason}. Without a lease service,
+// in overworld_region_refused_total{reason} and logged, rate-limited, at
+// Info when an honest peer can cause them in a changing network and at
+// Warn when only a forger can (trust.go refusalLevel). Without a lease service,
 // placement is the only check (see the README's security section).
 package regions

@@ -64,6 +64,8 @@ type Service struct {
 
 	// leases: the newest lease ID known per region (trust.go).
 	leases newestLeases
+	// refusalLog rate-limits the log lines of refusals (trust.go refuse).
+	refusalLog refusalLimiter
 
 	reported map[Coord]Role // last roles told to OnRoleChange (maintainLoop only)
 

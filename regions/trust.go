@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,17 +156,76 @@ func (s *Service) verifyCoordinator(c Coord, p peer.ID, proof []byte) (claim, st
 	return s.checkProof(c, proof, true, p)
 }
 
-// refuse counts a refused claim and logs it.
-// A grant that lapsed or was overtaken is what an honest coordinator's
-// late message looks like across a hand-off, so it is logged at debug
-// level; the rest is what only a hostile or broken peer sends.
+// refuse counts a refused claim and logs it (refusalLevel), at most once
+// per refusalLogEvery for each reason; the next line logged for a reason
+// says how many were left out. The metric counts every refusal.
 func (s *Service) refuse(c Coord, from peer.ID, what, reason string) {
 	s.metrics.refused.WithLabelValues(reason).Inc()
-	level := slog.LevelWarn
-	if reason == refusedProofStale || reason == refusedProofExpired {
-		level = slog.LevelDebug
+	ok, skipped := s.refusalLog.allow(reason, time.Now())
+	if !ok {
+		return
 	}
-	s.log.Log(context.Background(), level, "refused a claim that does not check out", "region", c, "from", from, "what", what, "reason", reason)
+	args := []any{"region", c, "from", from, "what", what, "reason", reason}
+	if skipped > 0 {
+		args = append(args, "not_logged_since", skipped)
+	}
+	s.log.Log(context.Background(), refusalLevel(reason), "refused a claim that does not check out", args...)
+}
+
+// refusalLevel is the level a refusal with reason is logged at. An honest
+// peer in a changing network causes some: a view that differs (not
+// placed), a grant that lapsed or was overtaken, a copy it cannot prove
+// yet (one rebuilt from caches, or taken over by a replica without an
+// assignment), a replica too busy to answer; those are Info. Warn is for
+// what only a forger or a broken peer sends: a bad signature, a grant
+// naming another peer, a value out of bounds, a forged event or origin.
+func refusalLevel(reason string) slog.Level {
+	if sub, ok := strings.CutPrefix(reason, refusedHolderUnproven+"/"); ok {
+		reason = sub
+	}
+	switch reason {
+	case refusedNotPlaced, refusedProofMissing, refusedProofStale, refusedProofExpired,
+		refusedDeposalUnproven, refusedReplicaExcluded, refusedAssignmentUnproven, refusedHolderUnproven:
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}
+
+// refusalLogEvery is how often a refusal is logged per reason at most:
+// a thin view or a hand-off can make an honest peer's every event refused
+// for a while, and a hostile peer's flood must not flood the log.
+const refusalLogEvery = 10 * time.Second
+
+// refusalLimiter rate-limits refusal logs per reason (a fixed, small set).
+type refusalLimiter struct {
+	mu sync.Mutex
+	by map[string]*refusalLogged
+}
+
+type refusalLogged struct {
+	last    time.Time
+	skipped int
+}
+
+// allow reports whether a refusal with reason may be logged at now, and
+// how many were not logged since the last that was.
+func (l *refusalLimiter) allow(reason string, now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by == nil {
+		l.by = map[string]*refusalLogged{}
+	}
+	r := l.by[reason]
+	if r == nil {
+		r = &refusalLogged{}
+		l.by[reason] = r
+	} else if now.Sub(r.last) < refusalLogEvery {
+		r.skipped++
+		return false, 0
+	}
+	skipped := r.skipped
+	r.last, r.skipped = now, 0
+	return true, skipped
 }
 
 // --- signatures with libp2p keys ---------------------------------------------
