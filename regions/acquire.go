@@ -395,6 +395,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 			}
 			sl.mu.Lock()
 			eff := sl.m.Install(hr.Snapshot, src, true, hr.Grant, assign, time.Now())
+			sl.m.keepSeal(hr.Seal) // checked with the snapshot if it was needed
 			sl.mu.Unlock()
 			s.log.Info("took region over", "region", c, "from", src, "epoch", hr.Snapshot.Epoch, "objects", len(hr.Snapshot.Objects))
 			s.metrics.takeovers.WithLabelValues(takeoverTransfer).Inc()
@@ -427,8 +428,13 @@ func (s *Service) checkHandoff(c Coord, src peer.ID, hr *pb.HandoffReply) string
 	if hr.Snapshot.Seq == 0 && len(hr.Snapshot.Objects) == 0 {
 		return ""
 	}
-	_, reason := s.checkCopyClaim(c, src, hr.Grant, hr.Assignment)
-	return reason
+	rank, reason := s.checkCopyClaim(c, src, hr.Grant, hr.Assignment)
+	if reason != "" || rank.own {
+		return reason
+	}
+	// A copy the grant's holder assigned: its content must be what that
+	// holder sealed, or the peer handing it over changed it.
+	return s.checkSeal(c, hr.Grant, hr.Snapshot, hr.Seal)
 }
 
 // serveHandoff answers a peer that wants to take region c over.
@@ -473,6 +479,7 @@ func (s *Service) serveHandoff(from peer.ID, c Coord) *pb.HandoffReply {
 			// the new coordinator gets this peer's assignment of it.
 			if who, _, _, err := s.cfg.Proofs.CheckProof(c, r.Grant); err == nil && who == self {
 				r.Assignment = s.assign(c, sl, r.Snapshot.Epoch, r.Grant, from)
+				r.Seal = s.seal(c, r.Snapshot.Epoch, r.Grant, r.Snapshot.Seq, snapshotHash(r.Snapshot))
 			}
 		}
 		return r

@@ -93,7 +93,10 @@
 // hand the region to), which the copy carries: a copy whose grant names
 // another peer is believed only with that peer's assignment to its holder,
 // and of copies under one lease the holder's own, then the latest
-// assigned, then the longest is the freshest (acquire.go fresher); a
+// assigned, then the longest is the freshest (acquire.go fresher); they
+// seal what the replica holds after each message (a signed hash of the
+// state at its seq), and a copy the grant's holder assigned is taken over
+// only if it hashes to that seal (trust.go checkSeal); a
 // forwarded request needs the player's signature. Refusals are counted
 // in overworld_region_refused_total{reason} and logged, rate-limited, at
 // Info when an honest peer can cause them in a changing network and at

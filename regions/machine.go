@@ -49,6 +49,11 @@ type machine struct {
 	// the coordinator that handed the region over): what shows the copy
 	// this peer's to claim (trust.go checkCopyClaim).
 	copyAssign *pb.Assignment
+	// copySeal is the seal of the copy's content by the peer copyProof
+	// names, when that is another peer: what shows a peer taking the copy
+	// over that this peer did not change it (trust.go checkSeal). Kept
+	// only while it matches the copy's seq.
+	copySeal *pb.Seal
 
 	// Coordinator side.
 	replica       peer.ID // "" when alone
@@ -115,6 +120,10 @@ type answer struct {
 type outbound struct {
 	to  peer.ID
 	msg *pb.Replicate
+	// seq and hash: the state the replica holds once it applied msg, which
+	// the transport seals (nil hash: no lease service, nothing sealed).
+	seq  uint64
+	hash []byte
 }
 
 type retirement struct {
@@ -259,7 +268,7 @@ func (m *machine) clear() {
 	m.coordinator, m.replica = "", ""
 	m.replicaSynced, m.outstanding = false, false
 	m.copyProof, m.copyAssign, m.alone, m.hasWantReplica, m.wantReplica, m.strikes = nil, nil, false, false, "", 0
-	m.verifiedLease, m.comparing = 0, false
+	m.verifiedLease, m.comparing, m.copySeal = 0, false, nil
 	m.objects = map[string]*pb.Object{}
 	m.done = newDoneLog(maxDone)
 	m.inflight, m.inflightEnts = nil, nil
@@ -389,7 +398,7 @@ func (m *machine) pump(now time.Time) (eff effects) {
 			// replica would take it over its own, which may be fresher.
 			if (m.proofs == nil || grant != nil) && !m.uncompared(&eff) {
 				m.outstanding, m.outSeq = true, m.seq
-				eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Snapshot: m.snapshot(), Grant: grant}}
+				eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Snapshot: m.snapshot(), Grant: grant}, seq: m.seq, hash: m.sealHash()}
 				return eff
 			}
 			// A replica takes a snapshot only under a lease (the
@@ -414,7 +423,7 @@ func (m *machine) pump(now time.Time) (eff effects) {
 				return eff // the lease ended since the batch was formed; commit answers it
 			}
 			m.outstanding, m.outSeq = true, m.seq
-			eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Entries: m.inflightEnts, Grant: grant}}
+			eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Entries: m.inflightEnts, Grant: grant}, seq: m.seq, hash: m.sealHash()}
 			return eff
 		}
 		eff.answers = append(eff.answers, m.inflight...)
@@ -545,6 +554,34 @@ func lockHolderFor(d *pb.Done, from peer.ID) []byte {
 		return []byte(from)
 	}
 	return nil
+}
+
+// sealHash is the hash of the state the coordinator's seal covers (nil
+// without a lease service: nothing is sealed then).
+func (m *machine) sealHash() []byte {
+	if m.proofs == nil {
+		return nil
+	}
+	ids := make([]string, 0, len(m.objects))
+	for id := range m.objects {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	objs := make([]*pb.Object, len(ids))
+	for i, id := range ids {
+		objs[i] = m.objects[id]
+	}
+	return stateHash(m.seq, objs, m.done.list())
+}
+
+// keepSeal keeps a seal that covers the copy as it is now (seq), and
+// forgets the one kept otherwise.
+func (m *machine) keepSeal(s *pb.Seal) {
+	if s != nil && s.Seq == m.seq {
+		m.copySeal = s
+	} else if m.copySeal != nil && m.copySeal.Seq != m.seq {
+		m.copySeal = nil
+	}
 }
 
 func (m *machine) apply(e *pb.Entry) {
@@ -739,6 +776,8 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 		if r.Grant != nil {
 			m.copyProof, m.copyAssign = r.Grant, r.Assignment
 		}
+		m.copySeal = nil
+		m.keepSeal(r.Seal)
 		return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
 	}
 	if m.epoch > r.Epoch || (m.epoch == r.Epoch && m.role == pb.Role_ROLE_COORDINATOR) {
@@ -747,18 +786,27 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 	if m.role != pb.Role_ROLE_REPLICA || m.epoch < r.Epoch || m.coordinator != from {
 		return &pb.ReplicateAck{Epoch: m.epoch}, eff
 	}
+	// A gap is refused before anything is applied, so that the copy
+	// stays one its coordinator sealed.
+	next := m.seq + 1
 	for _, e := range r.Entries {
-		if e.Seq <= m.seq {
+		if e.Seq < next {
 			continue // already applied: a resend after a lost ack
 		}
-		if e.Seq != m.seq+1 {
+		if e.Seq != next {
 			return &pb.ReplicateAck{Epoch: m.epoch, Seq: m.seq}, eff
 		}
-		m.apply(e)
+		next++
+	}
+	for _, e := range r.Entries {
+		if e.Seq > m.seq {
+			m.apply(e)
+		}
 	}
 	if r.Grant != nil {
 		m.copyProof, m.copyAssign = r.Grant, r.Assignment
 	}
+	m.keepSeal(r.Seal)
 	return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
 }
 
@@ -784,7 +832,7 @@ func (m *machine) TakeOver(now time.Time) effects {
 // assignment of s to this peer by the grant's holder (nil if none).
 func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []byte, assign *pb.Assignment, now time.Time) effects {
 	m.load(s)
-	m.copyProof, m.copyAssign = grant, assign
+	m.copyProof, m.copyAssign, m.copySeal = grant, assign, nil
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.replica, m.replicaSynced, m.outstanding, m.alone = replica, synced && replica != "", false, false
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
@@ -808,7 +856,7 @@ func (m *machine) Handoff(to peer.ID, reply func(*pb.HandoffReply), now time.Tim
 		m.epoch++
 		snap := m.snapshot()
 		m.coordinator = to
-		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: m.copyProof, Assignment: m.copyAssign}}
+		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: m.copyProof, Assignment: m.copyAssign, Seal: m.copySeal}}
 	case m.role != pb.Role_ROLE_COORDINATOR:
 		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Error: "no state for region"}}
 	case m.handoffTo != "":
@@ -849,7 +897,7 @@ func (m *machine) giveAway() (eff effects) {
 	m.log.Info("handed region over", "region", m.region, "to", to, "epoch", m.epoch, "objects", len(m.objects))
 	// The transport replaces the assignment with its own to the new
 	// coordinator when grant is this peer's.
-	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: grant, Assignment: m.copyAssign}
+	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: grant, Assignment: m.copyAssign, Seal: m.copySeal}
 	return eff
 }
 

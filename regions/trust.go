@@ -1,7 +1,9 @@
 package regions
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"log/slog"
 	"strings"
@@ -33,7 +35,10 @@ import (
 // (entryDigest), so members keep each with its proof and a rebuild after a
 // double failure takes only entries whose signature and grant check out.
 // A forwarded request's player is believed only with the player's own
-// signature over the request (requestDigest).
+// signature over the request (requestDigest). A coordinator seals what its
+// replica holds after each message (sealDigest over stateHash), so a copy
+// a replica hands over is believed only with the content its coordinator
+// sealed (checkSeal).
 const (
 	// placedWithin matches the lease service's default LeaseCandidates.
 	placedWithin = 8
@@ -69,6 +74,9 @@ const (
 	// A copy offered as a replica's (or a hand-off's) without the
 	// assignment its grant's holder signed for the peer offering it.
 	refusedAssignmentUnproven = "assignment_unproven"
+	// A replica's copy handed over whose content is not what its
+	// coordinator sealed (or with no seal by it).
+	refusedCopyUnsealed = "copy_unsealed"
 )
 
 // newestLeases remembers the newest lease ID seen with a valid grant for each
@@ -234,6 +242,8 @@ const (
 	entrySigDomain      = "overworld/region/entry/1:"
 	requestSigDomain    = "overworld/region/request/1:"
 	assignmentSigDomain = "overworld/region/assignment/1:"
+	sealSigDomain       = "overworld/region/seal/1:"
+	stateHashDomain     = "overworld/region/state/1:"
 )
 
 func appendField(b []byte, f []byte) []byte {
@@ -298,6 +308,90 @@ func assignmentDigest(world string, c Coord, a *pb.Assignment) []byte {
 	b = binary.BigEndian.AppendUint64(b, a.LeaseId)
 	b = appendField(b, a.Holder)
 	return binary.BigEndian.AppendUint64(b, a.Serial)
+}
+
+// sealDigest is what a coordinator signs when it seals its state: the
+// region, the epoch, the lease, the seq and the state's hash.
+func sealDigest(world string, c Coord, s *pb.Seal) []byte {
+	b := []byte(sealSigDomain)
+	b = appendField(b, []byte(world))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.X))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.Y))
+	b = binary.BigEndian.AppendUint64(b, s.Epoch)
+	b = binary.BigEndian.AppendUint64(b, s.LeaseId)
+	b = binary.BigEndian.AppendUint64(b, s.Seq)
+	return appendField(b, s.StateHash)
+}
+
+// stateHash is the SHA-256 of a region's state at seq: every field of
+// each object, in the order given (sorted by ID, as snapshots have
+// them), then each remembered outcome in the done log's order. The epoch
+// is left out: a hand-off raises it without changing the state.
+func stateHash(seq uint64, objects []*pb.Object, done []*pb.Done) []byte {
+	h := sha256.New()
+	var b []byte
+	b = append(b, stateHashDomain...)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(objects)))
+	for _, o := range objects {
+		b = appendField(b, []byte(o.GetId()))
+		b = appendField(b, o.GetValue())
+		b = binary.BigEndian.AppendUint64(b, o.GetVersion())
+		b = appendField(b, o.GetLockHolder())
+		b = binary.BigEndian.AppendUint64(b, uint64(o.GetLockExpiresMs()))
+		b = binary.BigEndian.AppendUint64(b, uint64(o.GetLockSinceMs()))
+		h.Write(b)
+		b = b[:0]
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(len(done)))
+	for _, d := range done {
+		b = appendField(b, d.GetRequestId())
+		b = binary.BigEndian.AppendUint32(b, uint32(d.GetStatus()))
+		b = binary.BigEndian.AppendUint64(b, d.GetVersion())
+		b = binary.BigEndian.AppendUint64(b, uint64(d.GetLockExpiresMs()))
+		h.Write(b)
+		b = b[:0]
+	}
+	h.Write(b)
+	return h.Sum(nil)
+}
+
+// snapshotHash is stateHash of a snapshot as it stands.
+func snapshotHash(s *pb.Snapshot) []byte { return stateHash(s.GetSeq(), s.GetObjects(), s.GetDone()) }
+
+// seal returns this peer's signed seal of region c's state at seq (hash)
+// in epoch under the lease grant names (this peer's own); nil without a
+// lease service or a grant.
+func (s *Service) seal(c Coord, epoch uint64, grant []byte, seq uint64, hash []byte) *pb.Seal {
+	if s.cfg.Proofs == nil || len(grant) == 0 {
+		return nil
+	}
+	_, lease, _, err := s.cfg.Proofs.CheckProof(c, grant)
+	if err != nil {
+		return nil
+	}
+	sl := &pb.Seal{Epoch: epoch, LeaseId: lease, Seq: seq, StateHash: hash}
+	if sl.Signature = s.sign(sealDigest(s.cfg.World, c, sl)); sl.Signature == nil {
+		return nil
+	}
+	return sl
+}
+
+// checkSeal checks that snapshot snap, a copy proven by grant (checked
+// already) that another peer hands over, is what grant's holder sealed:
+// signed by it under grant's lease, at the snapshot's seq, with the
+// snapshot's hash. It returns a refusal reason, "" when it checks out.
+func (s *Service) checkSeal(c Coord, grant []byte, snap *pb.Snapshot, seal *pb.Seal) string {
+	holder, lease, _, err := s.cfg.Proofs.CheckProof(c, grant)
+	if err != nil {
+		return refusedProofInvalid
+	}
+	if seal == nil || seal.LeaseId != lease || seal.Seq != snap.Seq ||
+		!bytes.Equal(seal.StateHash, snapshotHash(snap)) ||
+		!s.verifySig(holder, sealDigest(s.cfg.World, c, seal), seal.Signature) {
+		return refusedCopyUnsealed
+	}
+	return ""
 }
 
 // assign returns this peer's signed assignment of region c's copy to
