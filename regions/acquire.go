@@ -219,8 +219,18 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 		ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
 		defer cancel()
 		holders := s.provenHolders(c, s.askInfo(ctx, c, s.askList(c, "")))
-		for _, best := range s.rankCopies(c, sl, holders) {
-			if best.p == self {
+		copies := s.rankCopies(c, sl, holders)
+		var own holder
+		for _, h := range copies {
+			if h.p == self {
+				own = h
+			}
+		}
+		for _, best := range copies {
+			// Under one lease only its holder commits, so a copy under the
+			// same lease with as long a log holds the same (the copy this
+			// peer was handed, and the old coordinator's own): no hand-on.
+			if best.p == self || (own.info != nil && best.lease != 0 && best.lease == own.lease && best.info.Seq == own.info.Seq) {
 				return true
 			}
 			s.log.Info("a fresher copy of the region is held elsewhere; taking it over before committing under a new lease",

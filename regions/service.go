@@ -1172,6 +1172,14 @@ func (s *Service) maintain(c Coord, w wakeup) {
 				s.log.Debug("a closer peer should coordinate; nudging it", "region", c, "closer", target)
 				s.spawn(func() { s.nudge(target, c) })
 			}
+			// The queue moves on meanwhile, and a lease that came since
+			// gets this peer's copy compared under it: until then its copy
+			// is not claimed as the lease's, and the closer peer, nudged,
+			// would not take it over from the lease holder.
+			sl.mu.Lock()
+			eff := sl.m.Kick(time.Now())
+			sl.mu.Unlock()
+			s.run(c, sl, eff)
 			return
 		}
 		if nudged {

@@ -87,3 +87,45 @@ func TestStrayCoordinatorComparesBeforeCommitting(t *testing.T) {
 		t.Fatalf("apple is %+v, want version 4 = \"4\"", a)
 	}
 }
+
+// TestLeaseHolderAwayFromTheClosestHeals: a thin view at start made two
+// peers create a region: X, which got the region's lease although it is
+// not the closest, and Y, the closest, which cannot commit without it.
+// Nothing was committed. X, comparing copies under its new lease, finds
+// none fresher and claims its copy as the lease's; Y, nudged, takes the
+// region over from X, and a player's write commits.
+func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
+	c := Coord{1, 0}
+	cfg := testConfig(2, 2)
+	book := newTestLeases(cfg.World)
+	cl := newCluster(t, 0, time.Millisecond, cfg)
+	cl.adjust = book.install
+	for range 4 {
+		cl.add(t, nil)
+	}
+	cl.settle(t, 30*time.Second)
+	yID, xID := cl.truth(c)
+	x, y := cl.byID(xID), cl.byID(yID)
+	var player *member
+	for _, m := range cl.live() {
+		if m != x && m != y {
+			player = m
+		}
+	}
+	// The lease is held elsewhere while both create the region, and comes
+	// to X afterwards, as a lease service's grant does.
+	book.grant(c, testPeer(99))
+	for _, m := range []*member{x, y} {
+		sl := m.svc.slot(c)
+		sl.mu.Lock()
+		eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
+		sl.mu.Unlock()
+		m.svc.run(c, sl, eff)
+	}
+	book.grant(c, xID)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
+	defer cancel()
+	if _, err := player.cl.Initialize(ctx, c, "apple", []byte("1")); err != nil {
+		t.Fatalf("write with the lease away from the closest peer: %v", err)
+	}
+}
