@@ -432,7 +432,10 @@ func (m *machine) pump(now time.Time) (eff effects) {
 			eff.merge(m.giveAway())
 			return eff
 		}
-		if len(m.queue) == 0 || m.uncompared(&eff) {
+		// Compared even with nothing queued: until then the copy is not
+		// claimed as the lease's, and a closer peer would not take the
+		// region over from this lease holder.
+		if m.uncompared(&eff) || len(m.queue) == 0 {
 			return eff
 		}
 		m.formBatch(now)

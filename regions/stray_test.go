@@ -91,9 +91,10 @@ func TestStrayCoordinatorComparesBeforeCommitting(t *testing.T) {
 // TestLeaseHolderAwayFromTheClosestHeals: a thin view at start made two
 // peers create a region: X, which got the region's lease although it is
 // not the closest, and Y, the closest, which cannot commit without it.
-// Nothing was committed. X, comparing copies under its new lease, finds
-// none fresher and claims its copy as the lease's; Y, nudged, takes the
-// region over from X, and a player's write commits.
+// Nothing was committed, and X has no replica and nothing queued. X,
+// comparing copies under its new lease all the same, finds none fresher
+// and claims its copy as the lease's; Y, nudged, takes the region over
+// from X, and a player's write commits.
 func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 	c := Coord{1, 0}
 	cfg := testConfig(2, 2)
@@ -122,6 +123,12 @@ func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 		sl.mu.Unlock()
 		m.svc.run(c, sl, eff)
 	}
+	// X found no replica then (it is alone, with nothing queued).
+	xsl := x.svc.existingSlot(c)
+	xsl.mu.Lock()
+	eff := xsl.m.SetReplica("", time.Now())
+	xsl.mu.Unlock()
+	x.svc.run(c, xsl, eff)
 	book.grant(c, xID)
 	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
 	defer cancel()
