@@ -379,7 +379,11 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		sl.mu.Lock()
 		sl.source = src
 		sl.mu.Unlock()
-		reply, err := s.call(ctx, src, c, &pb.Message{Body: &pb.Message_Handoff{Handoff: &pb.Handoff{}}})
+		ask := &pb.Handoff{}
+		if s.cfg.Proofs != nil {
+			ask.Grant = s.cfg.Proofs.Proof(c)
+		}
+		reply, err := s.call(ctx, src, c, &pb.Message{Body: &pb.Message_Handoff{Handoff: ask}})
 		sl.mu.Lock()
 		sl.source = ""
 		sl.mu.Unlock()
@@ -447,18 +451,24 @@ func (s *Service) checkHandoff(c Coord, src peer.ID, hr *pb.HandoffReply) string
 	return s.checkSeal(c, hr.Grant, hr.Snapshot, hr.Seal)
 }
 
-// serveHandoff answers a peer that wants to take region c over.
-func (s *Service) serveHandoff(from peer.ID, c Coord) *pb.HandoffReply {
+// serveHandoff answers a peer that wants to take region c over; grant is
+// the grant of the region's lease it showed (nil if none).
+func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffReply {
 	self := s.h.ID()
 	sl := s.slot(c)
 	sl.mu.Lock()
 	role, coord := sl.m.role, sl.m.coordinator
+	leaseless := s.cfg.Proofs != nil && sl.m.currentProof() == nil
 	sl.mu.Unlock()
 	ch := make(chan *pb.HandoffReply, 1)
 	give := func(r *pb.HandoffReply) { ch <- r }
 	switch role {
 	case pb.Role_ROLE_COORDINATOR:
-		if !s.closer(c, from, self) && s.eligible(c) {
+		// A coordinator without the lease cannot commit: it hands the
+		// region to the peer that shows the lease, closer or not, which
+		// may need this copy before it commits (compareCopies); placement
+		// brings the region back to the closest peer afterwards.
+		if !s.closer(c, from, self) && s.eligible(c) && !(leaseless && len(grant) > 0 && s.leaseHolder(c, from, grant)) {
 			return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
 		}
 	case pb.Role_ROLE_REPLICA:
@@ -498,6 +508,13 @@ func (s *Service) serveHandoff(from peer.ID, c Coord) *pb.HandoffReply {
 	case <-s.ctx.Done():
 		return &pb.HandoffReply{Error: "shutting down"}
 	}
+}
+
+// leaseHolder reports whether grant proves from the holder of region c's
+// current lease (placed, naming it, live, not older than the newest known).
+func (s *Service) leaseHolder(c Coord, from peer.ID, grant []byte) bool {
+	_, reason := s.verifyCoordinator(c, from, grant)
+	return reason == ""
 }
 
 // rebuild recreates region c from the members' caches: the highest version

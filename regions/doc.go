@@ -62,7 +62,9 @@
 //     hand-off or a lapse, or a second coordinator left over from a false
 //     suspicion) compares its copy with the next closest peers' as acquire
 //     does, and takes a fresher one over, before it commits or replicates
-//     under the lease (machine.verifiedLease, acquire.go compareCopies).
+//     under the lease (machine.verifiedLease, acquire.go compareCopies). A
+//     coordinator without the lease hands the region to a peer asking
+//     with the current lease's grant, closer or not.
 //   - Double failure: when nobody holds the region, the new coordinator
 //     rebuilds it from the members' caches (the highest version of each
 //     object) and logs that updates newer than any cache may be lost. A new

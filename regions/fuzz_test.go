@@ -33,6 +33,7 @@ func seedMessages() []*pb.Message {
 		wrap(&pb.Message{Body: &pb.Message_InfoReply{InfoReply: &pb.InfoReply{Role: pb.Role_ROLE_REPLICA, Coordinator: []byte(peerB)}}}),
 		wrap(&pb.Message{Body: &pb.Message_InfoReply{InfoReply: &pb.InfoReply{Role: pb.Role_ROLE_REPLICA, Seq: 3, Coordinator: []byte(peerB),
 			Assignment: &pb.Assignment{Epoch: 2, LeaseId: 7, Holder: []byte(peerA), Serial: 1, Signature: []byte{1, 2, 3}}}}}),
+		wrap(&pb.Message{Body: &pb.Message_Handoff{Handoff: &pb.Handoff{Grant: []byte{1, 2, 3}}}}),
 		wrap(&pb.Message{Body: &pb.Message_Ping{Ping: &pb.Ping{}}}),
 	}
 }

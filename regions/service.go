@@ -627,7 +627,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 		info.SteppingAside = !s.eligible(c)
 		out = &pb.Message{Body: &pb.Message_InfoReply{InfoReply: info}}
 	case *pb.Message_Handoff:
-		out = &pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: s.serveHandoff(from, c)}}
+		out = &pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: s.serveHandoff(from, c, b.Handoff.Grant)}}
 	case *pb.Message_Retire:
 		if sl := s.existingSlot(c); sl != nil {
 			sl.mu.Lock()

@@ -136,3 +136,38 @@ func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 		t.Fatalf("write with the lease away from the closest peer: %v", err)
 	}
 }
+
+// TestLeaseHolderTakesTheFresherCopyFromACloserPeer: Y, the closest
+// peer, committed apple under its lease, then lost the lease (it could not
+// renew in time) to X, a farther peer that coordinates the region with an
+// empty copy (its view was thin). X may not commit before it holds the
+// freshest copy, Y's; Y, closer, would not hand the region to a farther
+// peer, but does to the one that shows the region's current lease when it
+// holds none itself. Apple survives and a player's write commits.
+func TestLeaseHolderTakesTheFresherCopyFromACloserPeer(t *testing.T) {
+	c := Coord{1, 0}
+	cl, book, y, _ := leasedCluster(t, 4, c)
+	var x, player *member
+	for _, m := range cl.live() {
+		if m == y || m.svc.Role(c) == RoleReplica {
+			continue
+		}
+		if x == nil {
+			x = m
+		} else {
+			player = m
+		}
+	}
+	book.grant(c, testPeer(99)) // Y's lease lapses
+	sl := x.svc.slot(c)
+	sl.mu.Lock()
+	eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
+	sl.mu.Unlock()
+	x.svc.run(c, sl, eff)
+	book.grant(c, x.id())
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
+	defer cancel()
+	if _, err := player.cl.ReadWrite(ctx, c, "apple", 1, []byte("2")); err != nil {
+		t.Fatalf("write after the lease moved to a farther peer: %v", err)
+	}
+}

@@ -156,7 +156,12 @@ func validateMessage(m *pb.Message) error {
 			return errors.New("ack: error text too long")
 		}
 		return nil
-	case *pb.Message_Info, *pb.Message_Handoff, *pb.Message_Retire, *pb.Message_Nudge,
+	case *pb.Message_Handoff:
+		if len(b.Handoff.Grant) > maxGrantLen {
+			return errors.New("handoff: grant too long")
+		}
+		return nil
+	case *pb.Message_Info, *pb.Message_Retire, *pb.Message_Nudge,
 		*pb.Message_CacheQuery, *pb.Message_Ping:
 		return nil
 	case nil:

@@ -1239,7 +1239,12 @@ func (x *InfoReply) GetAssignment() *Assignment {
 
 // Handoff asks the holder of a region's state to pass it over.
 type Handoff struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grant: the asking peer's signed grant of the region's current lease,
+	// if it holds it: a coordinator without the lease hands the region to
+	// the lease holder even if it is closer itself (a lease service is in
+	// use).
+	Grant         []byte `protobuf:"bytes,1,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1272,6 +1277,13 @@ func (x *Handoff) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
 func (*Handoff) Descriptor() ([]byte, []int) {
 	return file_region_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Handoff) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type HandoffReply struct {
@@ -2221,8 +2233,9 @@ const file_region_proto_rawDesc = "" +
 	"\areplica\x18\a \x01(\fR\areplica\x12?\n" +
 	"\n" +
 	"assignment\x18\b \x01(\v2\x1f.overworld.region.v1.AssignmentR\n" +
-	"assignment\"\t\n" +
-	"\aHandoff\"\x91\x02\n" +
+	"assignment\"\x1f\n" +
+	"\aHandoff\x12\x14\n" +
+	"\x05grant\x18\x01 \x01(\fR\x05grant\"\x91\x02\n" +
 	"\fHandoffReply\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x129\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1d.overworld.region.v1.SnapshotR\bsnapshot\x12\x1a\n" +
