@@ -107,6 +107,45 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 			s.log.Debug("lookup before acquiring failed", "region", c, "err", err)
 		}
 	}
+	asked := s.askList(c, nudger)
+	holders := s.provenHolders(c, s.askInfo(ctx, c, asked))
+	for _, h := range holders {
+		if s.closer(c, h.p, self) && !h.info.SteppingAside {
+			s.log.Debug("a closer peer is alive; not taking the region", "region", c, "closer", h.p)
+			s.nudge(h.p, c)
+			return
+		}
+	}
+	copies := s.rankCopies(c, sl, holders)
+	s.log.Debug("acquiring region", "region", c, "copies", len(copies), "holders", len(holders))
+	// A holder whose hand-off does not check out (it claimed a copy it
+	// cannot prove) is passed over for the next freshest copy: else one
+	// peer claiming a copy in a far epoch would keep the region from being
+	// taken over for good.
+	for _, best := range copies {
+		if best.p == self {
+			sl.mu.Lock()
+			promoted := sl.m.role == pb.Role_ROLE_REPLICA
+			eff := sl.m.TakeOver(time.Now())
+			sl.mu.Unlock()
+			if promoted {
+				s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
+			}
+			s.run(c, sl, eff)
+			return
+		}
+		if _, refused := s.handoffFrom(ctx, c, sl, best.p); !refused {
+			return
+		}
+	}
+	s.rebuild(ctx, c, sl, asked)
+}
+
+// askList is whom acquiring or comparing copies of region c asks what
+// they hold: the next closest peers, the nudger, and the coordinators
+// whose entries this peer's cache holds.
+func (s *Service) askList(c Coord, nudger peer.ID) []peer.ID {
+	self := s.h.ID()
 	var asked []peer.ID
 	for _, p := range s.placement(c) {
 		if p != self && len(asked) < acquireAsk {
@@ -125,14 +164,13 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 			asked = append(asked, p)
 		}
 	}
-	holders := s.provenHolders(c, s.askInfo(ctx, c, asked))
-	for _, h := range holders {
-		if s.closer(c, h.p, self) && !h.info.SteppingAside {
-			s.log.Debug("a closer peer is alive; not taking the region", "region", c, "closer", h.p)
-			s.nudge(h.p, c)
-			return
-		}
-	}
+	return asked
+}
+
+// rankCopies lists the copies of region c, freshest first: this peer's
+// own and the holders'.
+func (s *Service) rankCopies(c Coord, sl *slot, holders []holder) []holder {
+	self := s.h.ID()
 	sl.mu.Lock()
 	own := sl.m.info()
 	sl.mu.Unlock()
@@ -150,28 +188,69 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 		}
 	}
 	sort.SliceStable(copies, func(i, j int) bool { return fresher(copies[i], copies[j]) })
-	s.log.Debug("acquiring region", "region", c, "copies", len(copies), "holders", len(holders))
-	// A holder whose hand-off does not check out (it claimed a copy it
-	// cannot prove) is passed over for the next freshest copy: else one
-	// peer claiming a copy in a far epoch would keep the region from being
-	// taken over for good.
-	for _, best := range copies {
-		if best.p == self {
-			sl.mu.Lock()
-			promoted := sl.m.role == pb.Role_ROLE_REPLICA
-			eff := sl.m.TakeOver(time.Now())
-			sl.mu.Unlock()
-			if promoted {
-				s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
-			}
-			s.run(c, sl, eff)
-			return
-		}
-		if !s.handoffFrom(ctx, c, sl, best.p) {
-			return
-		}
+	return copies
+}
+
+// compareCopies runs when this coordinator of region c holds a lease its
+// copy was not compared under (machine.verifiedLease): it asks the peers
+// acquire asks what they hold and, if a copy that checks out is fresher
+// than its own, takes it over by hand-off, as acquire does. Only then
+// does it commit under the lease. The lease was held before the peers
+// were asked, so no copy can have grown since under another.
+func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
+	self := s.h.ID()
+	sl.mu.Lock()
+	due := time.Since(sl.lastCompare) > 2*s.cfg.MaintainEvery
+	if sl.acquiring || sl.m.role != pb.Role_ROLE_COORDINATOR || !due {
+		// The next step of the machine asks again (an acquisition
+		// running compares copies itself, or a failed comparison is
+		// retried no more than every other maintenance period).
+		eff := sl.m.Compared(lease, false, time.Now())
+		sl.mu.Unlock()
+		s.run(c, sl, eff)
+		return
 	}
-	s.rebuild(ctx, c, sl, asked)
+	sl.lastCompare = time.Now()
+	sl.acquiring = true
+	done := make(chan struct{})
+	sl.acquired = done
+	sl.mu.Unlock()
+	ok := func() bool {
+		ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
+		defer cancel()
+		holders := s.provenHolders(c, s.askInfo(ctx, c, s.askList(c, "")))
+		copies := s.rankCopies(c, sl, holders)
+		var own holder
+		for _, h := range copies {
+			if h.p == self {
+				own = h
+			}
+		}
+		for _, best := range copies {
+			// Under one lease only its holder commits, so a copy under the
+			// same lease with as long a log holds the same (the copy this
+			// peer was handed, and the old coordinator's own): no hand-on.
+			if best.p == self || (own.info != nil && best.lease != 0 && best.lease == own.lease && best.info.Seq == own.info.Seq) {
+				return true
+			}
+			s.log.Info("a fresher copy of the region is held elsewhere; taking it over before committing under a new lease",
+				"region", c, "holder", best.p, "lease", lease)
+			installed, refused := s.handoffFrom(ctx, c, sl, best.p)
+			if installed {
+				return true
+			}
+			if !refused {
+				return false
+			}
+		}
+		return false
+	}()
+	sl.mu.Lock()
+	sl.acquiring, sl.source = false, ""
+	eff := sl.m.Compared(lease, ok, time.Now())
+	sl.mu.Unlock()
+	close(done)
+	s.run(c, sl, eff)
 }
 
 // provenHolders drops the holders whose copy does not check out: with a
@@ -292,15 +371,19 @@ func (s *Service) askInfo(ctx context.Context, c Coord, peers []peer.ID) []holde
 
 // handoffFrom asks src for the region's state. While the transfer runs,
 // requests that reach this peer are forwarded to src (serveRequest). It
-// reports whether the state handed over was refused (it did not check
-// out).
-func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.ID) (refused bool) {
+// reports whether this peer installed the state, and whether the state
+// handed over was refused (it did not check out).
+func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.ID) (installed, refused bool) {
 	self := s.h.ID()
 	for hop := 0; hop < handoffHops && src != ""; hop++ {
 		sl.mu.Lock()
 		sl.source = src
 		sl.mu.Unlock()
-		reply, err := s.call(ctx, src, c, &pb.Message{Body: &pb.Message_Handoff{Handoff: &pb.Handoff{}}})
+		ask := &pb.Handoff{}
+		if s.cfg.Proofs != nil {
+			ask.Grant = s.cfg.Proofs.Proof(c)
+		}
+		reply, err := s.call(ctx, src, c, &pb.Message{Body: &pb.Message_Handoff{Handoff: ask}})
 		sl.mu.Lock()
 		sl.source = ""
 		sl.mu.Unlock()
@@ -315,7 +398,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		if hr.Ok {
 			if reason := s.checkHandoff(c, src, hr); reason != "" {
 				s.refuse(c, src, "hand-off", refusedHolderUnproven+"/"+reason)
-				return true
+				return false, true
 			}
 			// The assignment is kept if it names this peer (src held the
 			// grant and handed the region to it); one naming src proved
@@ -326,11 +409,12 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 			}
 			sl.mu.Lock()
 			eff := sl.m.Install(hr.Snapshot, src, true, hr.Grant, assign, time.Now())
+			sl.m.keepSeal(hr.Seal) // checked with the snapshot if it was needed
 			sl.mu.Unlock()
 			s.log.Info("took region over", "region", c, "from", src, "epoch", hr.Snapshot.Epoch, "objects", len(hr.Snapshot.Objects))
 			s.metrics.takeovers.WithLabelValues(takeoverTransfer).Inc()
 			s.run(c, sl, eff)
-			return
+			return true, false
 		}
 		next, err := peer.IDFromBytes(hr.Redirect)
 		if err != nil || next == self || next == src {
@@ -343,7 +427,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		}
 		src = next
 	}
-	return false
+	return false, false
 }
 
 // checkHandoff checks a handed-over snapshot as provenHolders checks
@@ -358,22 +442,33 @@ func (s *Service) checkHandoff(c Coord, src peer.ID, hr *pb.HandoffReply) string
 	if hr.Snapshot.Seq == 0 && len(hr.Snapshot.Objects) == 0 {
 		return ""
 	}
-	_, reason := s.checkCopyClaim(c, src, hr.Grant, hr.Assignment)
-	return reason
+	rank, reason := s.checkCopyClaim(c, src, hr.Grant, hr.Assignment)
+	if reason != "" || rank.own {
+		return reason
+	}
+	// A copy the grant's holder assigned: its content must be what that
+	// holder sealed, or the peer handing it over changed it.
+	return s.checkSeal(c, hr.Grant, hr.Snapshot, hr.Seal)
 }
 
-// serveHandoff answers a peer that wants to take region c over.
-func (s *Service) serveHandoff(from peer.ID, c Coord) *pb.HandoffReply {
+// serveHandoff answers a peer that wants to take region c over; grant is
+// the grant of the region's lease it showed (nil if none).
+func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffReply {
 	self := s.h.ID()
 	sl := s.slot(c)
 	sl.mu.Lock()
 	role, coord := sl.m.role, sl.m.coordinator
+	leaseless := s.cfg.Proofs != nil && sl.m.currentProof() == nil
 	sl.mu.Unlock()
 	ch := make(chan *pb.HandoffReply, 1)
 	give := func(r *pb.HandoffReply) { ch <- r }
 	switch role {
 	case pb.Role_ROLE_COORDINATOR:
-		if !s.closer(c, from, self) && s.eligible(c) {
+		// A coordinator without the lease cannot commit: it hands the
+		// region to the peer that shows the lease, closer or not, which
+		// may need this copy before it commits (compareCopies); placement
+		// brings the region back to the closest peer afterwards.
+		if !s.closer(c, from, self) && s.eligible(c) && !(leaseless && len(grant) > 0 && s.leaseHolder(c, from, grant)) {
 			return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
 		}
 	case pb.Role_ROLE_REPLICA:
@@ -404,6 +499,7 @@ func (s *Service) serveHandoff(from peer.ID, c Coord) *pb.HandoffReply {
 			// the new coordinator gets this peer's assignment of it.
 			if who, _, _, err := s.cfg.Proofs.CheckProof(c, r.Grant); err == nil && who == self {
 				r.Assignment = s.assign(c, sl, r.Snapshot.Epoch, r.Grant, from)
+				r.Seal = s.seal(c, r.Snapshot.Epoch, r.Grant, r.Snapshot.Seq, snapshotHash(r.Snapshot))
 			}
 		}
 		return r
@@ -412,6 +508,13 @@ func (s *Service) serveHandoff(from peer.ID, c Coord) *pb.HandoffReply {
 	case <-s.ctx.Done():
 		return &pb.HandoffReply{Error: "shutting down"}
 	}
+}
+
+// leaseHolder reports whether grant proves from the holder of region c's
+// current lease (placed, naming it, live, not older than the newest known).
+func (s *Service) leaseHolder(c Coord, from peer.ID, grant []byte) bool {
+	_, reason := s.verifyCoordinator(c, from, grant)
+	return reason == ""
 }
 
 // rebuild recreates region c from the members' caches: the highest version

@@ -257,7 +257,7 @@ func (s *Service) do(ctx context.Context, c Coord, req *pb.Request) (*pb.Reply, 
 // send delivers a request to p, or serves it here when p is this peer.
 func (s *Service) send(ctx context.Context, p peer.ID, c Coord, req *pb.Request) (*pb.Reply, error) {
 	if p == s.h.ID() {
-		return s.serveRequest(p, c, req), nil
+		return s.serveRequest(p, c, req, ctx.Done()), nil
 	}
 	m, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_Request{Request: req}})
 	if err != nil {

@@ -29,8 +29,9 @@
 // current, else rejected with the current value and version; lock and
 // release: paper 004's locks, locks.go — the lock's answer carries the
 // value, the release may carry the new one, a request on an object another
-// player locked waits in a bounded FIFO, and locks run out by a committed
-// expiry unless renewed), applies the
+// player locked waits in a bounded FIFO, dropped if the player goes away
+// or its request times out, and locks run out by a committed expiry
+// unless renewed), applies the
 // changes, and sends them to the replica. Only when the replica has
 // acknowledged them are the players answered and the changes published on
 // the region's event topic (EventTopic), from which members (Subscribe)
@@ -56,6 +57,14 @@
 //     hands over a snapshot in a new epoch and becomes the replica; the old
 //     replica retires. While the transfer runs the new peer forwards
 //     requests to the old coordinator.
+//   - A new lease: with a lease service that signs, a coordinator that
+//     gains a lease it did not commit its copy under (after a take-over, a
+//     hand-off or a lapse, or a second coordinator left over from a false
+//     suspicion) compares its copy with the next closest peers' as acquire
+//     does, and takes a fresher one over, before it commits or replicates
+//     under the lease (machine.verifiedLease, acquire.go compareCopies). A
+//     coordinator without the lease hands the region to a peer asking
+//     with the current lease's grant, closer or not.
 //   - Double failure: when nobody holds the region, the new coordinator
 //     rebuilds it from the members' caches (the highest version of each
 //     object) and logs that updates newer than any cache may be lost. A new
@@ -86,8 +95,13 @@
 // hand the region to), which the copy carries: a copy whose grant names
 // another peer is believed only with that peer's assignment to its holder,
 // and of copies under one lease the holder's own, then the latest
-// assigned, then the longest is the freshest (acquire.go fresher); a
+// assigned, then the longest is the freshest (acquire.go fresher); they
+// seal what the replica holds after each message (a signed hash of the
+// state at its seq), and a copy the grant's holder assigned is taken over
+// only if it hashes to that seal (trust.go checkSeal); a
 // forwarded request needs the player's signature. Refusals are counted
-// in overworld_region_refused_total{reason}. Without a lease service,
+// in overworld_region_refused_total{reason} and logged, rate-limited, at
+// Info when an honest peer can cause them in a changing network and at
+// Warn when only a forger can (trust.go refusalLevel). Without a lease service,
 // placement is the only check (see the README's security section).
 package regions

@@ -25,10 +25,15 @@ func seedMessages() []*pb.Message {
 		wrap(&pb.Message{Body: &pb.Message_Replicate{Replicate: &pb.Replicate{Epoch: 1, Entries: []*pb.Entry{{Seq: 1, Object: obj, Done: done}}}}}),
 		wrap(&pb.Message{Body: &pb.Message_Replicate{Replicate: &pb.Replicate{Epoch: 2, Snapshot: &pb.Snapshot{Epoch: 2, Seq: 4, Objects: []*pb.Object{obj}, Done: []*pb.Done{done}}}}}),
 		wrap(&pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: &pb.HandoffReply{Ok: true, Snapshot: &pb.Snapshot{Epoch: 1}}}}),
+		wrap(&pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: &pb.HandoffReply{Ok: true, Snapshot: &pb.Snapshot{Epoch: 2, Seq: 4, Objects: []*pb.Object{obj}},
+			Seal: &pb.Seal{Epoch: 1, LeaseId: 7, Seq: 4, StateHash: make([]byte, 32), Signature: []byte{1, 2, 3}}}}}),
+		wrap(&pb.Message{Body: &pb.Message_Replicate{Replicate: &pb.Replicate{Epoch: 1, Entries: []*pb.Entry{{Seq: 1, Object: obj, Done: done}},
+			Seal: &pb.Seal{Epoch: 1, LeaseId: 7, Seq: 1, StateHash: make([]byte, 32), Signature: []byte{4, 5}}}}}),
 		wrap(&pb.Message{Body: &pb.Message_CacheReply{CacheReply: &pb.CacheReply{Epoch: 1, Objects: []*pb.Object{obj}}}}),
 		wrap(&pb.Message{Body: &pb.Message_InfoReply{InfoReply: &pb.InfoReply{Role: pb.Role_ROLE_REPLICA, Coordinator: []byte(peerB)}}}),
 		wrap(&pb.Message{Body: &pb.Message_InfoReply{InfoReply: &pb.InfoReply{Role: pb.Role_ROLE_REPLICA, Seq: 3, Coordinator: []byte(peerB),
 			Assignment: &pb.Assignment{Epoch: 2, LeaseId: 7, Holder: []byte(peerA), Serial: 1, Signature: []byte{1, 2, 3}}}}}),
+		wrap(&pb.Message{Body: &pb.Message_Handoff{Handoff: &pb.Handoff{Grant: []byte{1, 2, 3}}}}),
 		wrap(&pb.Message{Body: &pb.Message_Ping{Ping: &pb.Ping{}}}),
 	}
 }

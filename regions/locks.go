@@ -21,7 +21,11 @@ import (
 // in a FIFO per object, instead of being refused: when the lock is
 // released or runs out, the object's waiters go back to the head of the
 // region's queue in their order. The waits are bounded per object, per
-// region and per player; past a bound the request is answered BUSY.
+// region and per player; past a bound the request is answered BUSY. A
+// wait carries its request's deadline (when the transport stops waiting
+// for the answer), moved earlier when its player goes away (Abandon): a
+// wait past it is never carried out, so no lock goes to a player who no
+// longer waits for it.
 //
 // A lock is a lease the machine expires at the time it is given (no clock
 // inside): the service calls ExpireLocks every maintenance period, and an
@@ -72,14 +76,25 @@ func (w *lockWaits) init() {
 	}
 }
 
-// waiting is how many requests wait for object id.
-func (w *lockWaits) waiting(id string) int { return len(w.byObject[id]) }
+// waiting is how many requests whose requester still listens wait for
+// object id at nowMs.
+func (w *lockWaits) waiting(id string, nowMs int64) int {
+	n := 0
+	for _, p := range w.byObject[id] {
+		if !p.gone(nowMs) {
+			n++
+		}
+	}
+	return n
+}
 
 // park adds p to its object's waiters, or reports false past a bound. A
 // retry of a request that waits already (its player gave up waiting for
 // the answer and sent it again) takes the waiting one's place, answer and
 // all, rather than a second slot: retries alone would fill the player's.
-func (w *lockWaits) park(p *pending) bool {
+// A wait whose requester went away keeps its place for such a retry until
+// a bound needs the room (it is never carried out: formBatch drops it).
+func (w *lockWaits) park(p *pending, nowMs int64) bool {
 	w.init()
 	id := p.req.ObjectId
 	for i, q := range w.byObject[id] {
@@ -88,13 +103,64 @@ func (w *lockWaits) park(p *pending) bool {
 			return true
 		}
 	}
-	if len(w.byObject[id]) >= maxWaitersPerObject || w.total >= maxWaitersPerRegion || w.byPlayer[p.from] >= maxWaitersPerPlayer {
+	full := func() bool {
+		return len(w.byObject[id]) >= maxWaitersPerObject || w.total >= maxWaitersPerRegion || w.byPlayer[p.from] >= maxWaitersPerPlayer
+	}
+	if full() {
+		w.prune(nowMs)
+	}
+	if full() {
 		return false
 	}
 	w.byObject[id] = append(w.byObject[id], p)
 	w.total++
 	w.byPlayer[p.from]++
 	return true
+}
+
+// prune forgets the waits whose requester went away by nowMs. Nobody
+// listens for their answers.
+func (w *lockWaits) prune(nowMs int64) {
+	for id, ps := range w.byObject {
+		kept := ps[:0]
+		for _, p := range ps {
+			if !p.gone(nowMs) {
+				kept = append(kept, p)
+				continue
+			}
+			w.total--
+			if w.byPlayer[p.from]--; w.byPlayer[p.from] <= 0 {
+				delete(w.byPlayer, p.from)
+			}
+		}
+		if len(kept) == 0 {
+			delete(w.byObject, id)
+		} else {
+			w.byObject[id] = kept
+		}
+	}
+}
+
+// abandon marks p, if it waits, as no longer listened for from nowMs.
+func (w *lockWaits) abandon(p *pending, nowMs int64) {
+	for _, q := range w.byObject[p.req.ObjectId] {
+		if q == p && (q.deadlineMs == 0 || q.deadlineMs > nowMs) {
+			q.deadlineMs = nowMs
+		}
+	}
+}
+
+// Abandon reports that p's requester went away (its stream closed, or the
+// transport stopped waiting for the answer) at now: p is not carried out
+// if it still waits for a lock or in the queue.
+func (m *machine) Abandon(p *pending, now time.Time) {
+	nowMs := now.UnixMilli()
+	m.locks.abandon(p, nowMs)
+	for _, q := range m.queue {
+		if q == p && (q.deadlineMs == 0 || q.deadlineMs > nowMs) {
+			q.deadlineMs = nowMs
+		}
+	}
 }
 
 // take removes and returns object id's waiters, in order.
@@ -177,14 +243,14 @@ func (m *machine) lockStep(p *pending, cur *pb.Object, nowMs int64, leaseID uint
 	case req.Op == pb.Op_OP_RELEASE:
 		return nil, nil, false
 	case byOther:
-		if !m.locks.park(p) {
+		if !m.locks.park(p, nowMs) {
 			return &pb.Reply{Status: pb.Status_STATUS_BUSY, Object: current(), Epoch: m.epoch,
 				Error: fmt.Sprintf("region %s: too many requests wait for locked objects", m.region)}, nil, true
 		}
 		return nil, nil, true
 	case req.Op != pb.Op_OP_LOCK:
 		return nil, nil, false
-	case locked && m.locks.waiting(req.ObjectId) > 0 && (!held || nowMs >= cur.LockSinceMs+m.holdLimitMs()):
+	case locked && m.locks.waiting(req.ObjectId, nowMs) > 0 && (!held || nowMs >= cur.LockSinceMs+m.holdLimitMs()):
 		// The holder renews a lock others wait for after holding it the
 		// longest a lock may be held, or after it ran out (before its
 		// expiry committed): the waiters get the object first.

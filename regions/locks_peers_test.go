@@ -230,3 +230,63 @@ func TestLockAcrossFailover(t *testing.T) {
 	}
 	t.Logf("new coordinator granted the lock %v after the first ran out", time.Since(expires).Round(time.Millisecond))
 }
+
+// TestAbandonedLockWaitOverPeers: a player's lock waits for an object
+// another holds; the player gives up (its request's context ends, which
+// resets its stream). A second player's lock waits behind it. When the
+// holder releases, the lock goes to the second player at once, not to the
+// one who left (who would hold it, unknowing, for its whole TTL).
+func TestAbandonedLockWaitOverPeers(t *testing.T) {
+	cl := newCluster(t, 4, time.Millisecond, testConfig(1, 1))
+	cl.settle(t, 30*time.Second)
+	c := Coord{0, 0}
+	co, _ := cl.truth(c)
+	var players []*member
+	for _, m := range cl.live() {
+		if m.id() != co {
+			players = append(players, m)
+		}
+	}
+	holder, leaver, patient := players[0], players[1], players[2]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute*slowdown)
+	defer cancel()
+	if _, err := holder.cl.Lock(ctx, c, "gate", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	coord := cl.byID(co)
+	waiting := func() int {
+		sl := coord.svc.slot(c)
+		sl.mu.Lock()
+		defer sl.mu.Unlock()
+		return sl.m.locks.waiting("gate", time.Now().UnixMilli())
+	}
+	leaveCtx, leave := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() {
+		_, err := leaver.cl.Lock(leaveCtx, c, "gate", 30*time.Second)
+		left <- err
+	}()
+	waitUntil(t, 10*time.Second, "the leaving player's lock to wait", func() bool { return waiting() == 1 })
+	type result struct {
+		obj Object
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		obj, err := patient.cl.Lock(ctx, c, "gate", 30*time.Second)
+		got <- result{obj, err}
+	}()
+	waitUntil(t, 10*time.Second, "the patient player's lock to wait", func() bool { return waiting() == 2 })
+	leave()
+	if err := <-left; err == nil {
+		t.Fatal("the abandoned lock was granted")
+	}
+	waitUntil(t, 10*time.Second, "the abandoned wait to be dropped", func() bool { return waiting() == 1 })
+	if err := holder.cl.Release(ctx, c, "gate"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || string(r.obj.LockHolder) != string(patient.id()) {
+		t.Fatalf("the patient player's lock: %+v, %v", r.obj, r.err)
+	}
+}

@@ -245,3 +245,50 @@ func deliverAt(t *testing.T, co, re *machine, eff effects, at time.Time) effects
 	}
 	return all
 }
+
+// TestAbandonedLockWaitsDropped: of three lock requests waiting for a
+// locked object, one's requester stops listening at its deadline and one
+// goes away (Abandon) before the object is released. When it is, neither
+// gets the lock: the third does, and the gone ones' slots are free again.
+func TestAbandonedLockWaitsDropped(t *testing.T) {
+	co, re := pair(t)
+	holder, late, left, patient := testPeer(30), testPeer(31), testPeer(32), testPeer(33)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	got := map[peer.ID]pb.Status{}
+	submit := func(p *pending, at time.Time) {
+		from := p.from
+		p.reply = func(r *pb.Reply) { got[from] = r.Status }
+		all := deliverAt(t, co, re, co.Submit(p, at), at)
+		for _, a := range all.answers {
+			a.reply(a.r)
+		}
+	}
+	lock := func(id byte) *pb.Request {
+		return &pb.Request{RequestId: reqID(id), Op: pb.Op_OP_LOCK, ObjectId: "x", LockTtlMs: 5000}
+	}
+	submit(&pending{from: holder, req: lock(1)}, ms(0))
+	submit(&pending{from: late, req: lock(2), deadlineMs: ms(300).UnixMilli()}, ms(10))
+	gone := &pending{from: left, req: lock(3), deadlineMs: ms(5000).UnixMilli()}
+	submit(gone, ms(20))
+	submit(&pending{from: patient, req: lock(4)}, ms(30))
+	if n := co.locks.waiting("x", ms(40).UnixMilli()); n != 3 {
+		t.Fatalf("%d requests wait, want 3", n)
+	}
+	co.Abandon(gone, ms(100))
+	if n := co.locks.waiting("x", ms(400).UnixMilli()); n != 1 {
+		t.Fatalf("%d requests wait after one left and one's deadline passed, want 1", n)
+	}
+	submit(&pending{from: holder, req: &pb.Request{RequestId: reqID(5), Op: pb.Op_OP_RELEASE, ObjectId: "x"}}, ms(500))
+	if h := co.objects["x"].LockHolder; string(h) != string(patient) {
+		t.Fatalf("after the release the lock is %q's, want the waiting player's", h)
+	}
+	if got[patient] != pb.Status_STATUS_OK || got[late] == pb.Status_STATUS_OK || got[left] == pb.Status_STATUS_OK {
+		t.Fatalf("answers: waiting %v, past its deadline %v, gone %v", got[patient], got[late], got[left])
+	}
+	// A retry of a gone wait (same request ID) takes its place again.
+	co.Abandon(gone, ms(600))
+	submit(&pending{from: left, req: lock(3), deadlineMs: ms(9000).UnixMilli()}, ms(600))
+	if n := co.locks.waiting("x", ms(600).UnixMilli()); n != 1 || co.locks.total != 1 {
+		t.Fatalf("after a retry: %d live waits of %d, want 1 of 1", n, co.locks.total)
+	}
+}

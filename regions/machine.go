@@ -49,6 +49,11 @@ type machine struct {
 	// the coordinator that handed the region over): what shows the copy
 	// this peer's to claim (trust.go checkCopyClaim).
 	copyAssign *pb.Assignment
+	// copySeal is the seal of the copy's content by the peer copyProof
+	// names, when that is another peer: what shows a peer taking the copy
+	// over that this peer did not change it (trust.go checkSeal). Kept
+	// only while it matches the copy's seq.
+	copySeal *pb.Seal
 
 	// Coordinator side.
 	replica       peer.ID // "" when alone
@@ -77,6 +82,17 @@ type machine struct {
 	// maxHoldMs bounds how long a lock others wait for is kept by
 	// renewals (Config.MaxLockHold; 0: MaxLockTTL).
 	maxHoldMs int64
+	// verifiedLease is the lease under which this coordinator's copy is
+	// known to hold every commit: it committed under it, or compared its
+	// copy with the placed peers' after the lease was granted. A lease it
+	// gains otherwise (after a take-over, a hand-off, a lapse, or as a
+	// stray coordinator left over from a false suspicion whose copy went
+	// stale while the real one committed) commits nothing until the
+	// copies are compared (effects.compare, Compared): else a stale copy
+	// would overwrite acknowledged updates. Only with a lease service that
+	// signs (proofs).
+	verifiedLease uint64
+	comparing     bool // a comparison was asked for and has not ended
 }
 
 // pending is a queued request and where its answer goes.
@@ -85,7 +101,16 @@ type pending struct {
 	req    *pb.Request
 	reply  func(*pb.Reply)
 	expiry bool // a lock's expiry, queued by ExpireLocks
+	// deadlineMs is when its requester stops listening for the answer
+	// (Unix ms; 0: never), set by the transport from its own timeout and
+	// moved earlier by Abandon when the requester goes away. A request
+	// past it is not carried out: a lock nobody waits for any more would
+	// block the others until its TTL.
+	deadlineMs int64
 }
+
+// gone reports whether p's requester stopped listening by nowMs.
+func (p *pending) gone(nowMs int64) bool { return p.deadlineMs != 0 && nowMs >= p.deadlineMs }
 
 type answer struct {
 	reply func(*pb.Reply)
@@ -95,6 +120,10 @@ type answer struct {
 type outbound struct {
 	to  peer.ID
 	msg *pb.Replicate
+	// seq and hash: the state the replica holds once it applied msg, which
+	// the transport seals (nil hash: no lease service, nothing sealed).
+	seq  uint64
+	hash []byte
 }
 
 type retirement struct {
@@ -119,6 +148,10 @@ type effects struct {
 	exclude peer.ID
 	// singleCopy counts changes acknowledged with no replica holding them.
 	singleCopy int
+	// compare: the coordinator holds this lease but has not compared its
+	// copy with the placed peers' under it; the transport compares (and
+	// takes a fresher copy over), then calls Compared.
+	compare uint64
 }
 
 func (e *effects) merge(o effects) {
@@ -142,6 +175,9 @@ func (e *effects) merge(o effects) {
 		e.exclude = o.exclude
 	}
 	e.singleCopy += o.singleCopy
+	if o.compare != 0 {
+		e.compare = o.compare
+	}
 }
 
 // maxStrikes is how many answers in a row a replica may give that neither
@@ -232,6 +268,7 @@ func (m *machine) clear() {
 	m.coordinator, m.replica = "", ""
 	m.replicaSynced, m.outstanding = false, false
 	m.copyProof, m.copyAssign, m.alone, m.hasWantReplica, m.wantReplica, m.strikes = nil, nil, false, false, "", 0
+	m.verifiedLease, m.comparing, m.copySeal = 0, false, nil
 	m.objects = map[string]*pb.Object{}
 	m.done = newDoneLog(maxDone)
 	m.inflight, m.inflightEnts = nil, nil
@@ -265,14 +302,62 @@ func (m *machine) currentProof() []byte {
 }
 
 // proofOfCopy is what shows the copy real: the coordinator's own grant if
-// it has one now, else the grant the copy was last committed under.
+// it has one now and its copy is known complete under it, else the grant
+// the copy was last committed under. A copy not yet compared under the
+// lease it holds is not claimed as that lease's: it may be a stale one.
 func (m *machine) proofOfCopy() []byte {
 	if m.role == pb.Role_ROLE_COORDINATOR {
-		if p := m.currentProof(); p != nil {
+		if p := m.currentProof(); p != nil && (m.verifiedLease != 0 && m.leaseOf(p) == m.verifiedLease) {
 			return p
 		}
 	}
 	return m.copyProof
+}
+
+// leaseOf is the lease ID grant names (0 if it does not check out).
+func (m *machine) leaseOf(grant []byte) uint64 {
+	if m.proofs == nil {
+		return 0
+	}
+	_, id, _, err := m.proofs.CheckProof(m.region, grant)
+	if err != nil {
+		return 0
+	}
+	return id
+}
+
+// uncompared reports whether this coordinator holds a lease its copy has
+// not been compared under (see verifiedLease); the first time it does, it
+// asks the transport to compare (eff.compare).
+func (m *machine) uncompared(eff *effects) bool {
+	if m.proofs == nil || m.role != pb.Role_ROLE_COORDINATOR {
+		return false
+	}
+	id, ok := m.gate.Allowed(m.region)
+	if !ok || id == m.verifiedLease {
+		return false
+	}
+	if !m.comparing {
+		m.comparing = true
+		eff.compare = id
+	}
+	return true
+}
+
+// Compared reports that the copies were compared under lease (asked for
+// when it was held) and this coordinator holds the freshest (its own, or
+// one it took over meanwhile); ok false: the comparison did not finish,
+// and the next step asks again.
+func (m *machine) Compared(lease uint64, ok bool, now time.Time) effects {
+	if m.role != pb.Role_ROLE_COORDINATOR || !m.comparing {
+		return effects{}
+	}
+	m.comparing = false
+	if !ok {
+		return effects{}
+	}
+	m.verifiedLease = lease
+	return m.pump(now)
 }
 
 func redirectReply(to peer.ID) *pb.Reply {
@@ -309,9 +394,11 @@ func (m *machine) pump(now time.Time) (eff effects) {
 		}
 		if m.replica != "" && !m.replicaSynced {
 			grant := m.currentProof()
-			if m.proofs == nil || grant != nil {
+			// A copy not compared under the lease is not sent under it: the
+			// replica would take it over its own, which may be fresher.
+			if (m.proofs == nil || grant != nil) && !m.uncompared(&eff) {
 				m.outstanding, m.outSeq = true, m.seq
-				eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Snapshot: m.snapshot(), Grant: grant}}
+				eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Snapshot: m.snapshot(), Grant: grant}, seq: m.seq, hash: m.sealHash()}
 				return eff
 			}
 			// A replica takes a snapshot only under a lease (the
@@ -336,7 +423,7 @@ func (m *machine) pump(now time.Time) (eff effects) {
 				return eff // the lease ended since the batch was formed; commit answers it
 			}
 			m.outstanding, m.outSeq = true, m.seq
-			eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Entries: m.inflightEnts, Grant: grant}}
+			eff.send = &outbound{to: m.replica, msg: &pb.Replicate{Epoch: m.epoch, Entries: m.inflightEnts, Grant: grant}, seq: m.seq, hash: m.sealHash()}
 			return eff
 		}
 		eff.answers = append(eff.answers, m.inflight...)
@@ -345,7 +432,10 @@ func (m *machine) pump(now time.Time) (eff effects) {
 			eff.merge(m.giveAway())
 			return eff
 		}
-		if len(m.queue) == 0 {
+		// Compared even with nothing queued: until then the copy is not
+		// claimed as the lease's, and a closer peer would not take the
+		// region over from this lease holder.
+		if m.uncompared(&eff) || len(m.queue) == 0 {
 			return eff
 		}
 		m.formBatch(now)
@@ -358,9 +448,19 @@ func (m *machine) formBatch(now time.Time) {
 	n := min(len(m.queue), maxBatch)
 	batch := m.queue[:n]
 	m.queue = append([]*pending(nil), m.queue[n:]...)
+	nowMs := now.UnixMilli()
 	leaseID, allowed := m.gate.Allowed(m.region)
+	if allowed && m.proofs != nil && leaseID != m.verifiedLease {
+		allowed = false // the lease changed since pump checked: retried later
+	}
 	m.inflightLease = leaseID
 	for _, p := range batch {
+		if p.gone(nowMs) {
+			// Nobody listens for the answer: a lock or write woken from
+			// its wait, or queued behind a long batch, is dropped.
+			m.inflight = append(m.inflight, answer{p.reply, &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "request abandoned"}})
+			continue
+		}
 		r, e := m.evaluate(p, now, leaseID, allowed)
 		if r == nil {
 			continue // waits for a lock (locks.go)
@@ -431,7 +531,7 @@ func (m *machine) evaluate(p *pending, now time.Time, leaseID uint64, allowed bo
 		if cur != nil && bytes.Equal(cur.LockHolder, []byte(p.from)) && cur.LockExpiresMs > nowMs && cur.LockSinceMs > 0 {
 			since = cur.LockSinceMs
 		}
-		if m.locks.waiting(req.ObjectId) > 0 {
+		if m.locks.waiting(req.ObjectId, nowMs) > 0 {
 			expires = min(expires, since+m.holdLimitMs())
 		}
 		next.LockHolder, next.LockExpiresMs, next.LockSinceMs = []byte(p.from), expires, since
@@ -457,6 +557,34 @@ func lockHolderFor(d *pb.Done, from peer.ID) []byte {
 		return []byte(from)
 	}
 	return nil
+}
+
+// sealHash is the hash of the state the coordinator's seal covers (nil
+// without a lease service: nothing is sealed then).
+func (m *machine) sealHash() []byte {
+	if m.proofs == nil {
+		return nil
+	}
+	ids := make([]string, 0, len(m.objects))
+	for id := range m.objects {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	objs := make([]*pb.Object, len(ids))
+	for i, id := range ids {
+		objs[i] = m.objects[id]
+	}
+	return stateHash(m.seq, objs, m.done.list())
+}
+
+// keepSeal keeps a seal that covers the copy as it is now (seq), and
+// forgets the one kept otherwise.
+func (m *machine) keepSeal(s *pb.Seal) {
+	if s != nil && s.Seq == m.seq {
+		m.copySeal = s
+	} else if m.copySeal != nil && m.copySeal.Seq != m.seq {
+		m.copySeal = nil
+	}
 }
 
 func (m *machine) apply(e *pb.Entry) {
@@ -651,6 +779,8 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 		if r.Grant != nil {
 			m.copyProof, m.copyAssign = r.Grant, r.Assignment
 		}
+		m.copySeal = nil
+		m.keepSeal(r.Seal)
 		return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
 	}
 	if m.epoch > r.Epoch || (m.epoch == r.Epoch && m.role == pb.Role_ROLE_COORDINATOR) {
@@ -659,18 +789,27 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 	if m.role != pb.Role_ROLE_REPLICA || m.epoch < r.Epoch || m.coordinator != from {
 		return &pb.ReplicateAck{Epoch: m.epoch}, eff
 	}
+	// A gap is refused before anything is applied, so that the copy
+	// stays one its coordinator sealed.
+	next := m.seq + 1
 	for _, e := range r.Entries {
-		if e.Seq <= m.seq {
+		if e.Seq < next {
 			continue // already applied: a resend after a lost ack
 		}
-		if e.Seq != m.seq+1 {
+		if e.Seq != next {
 			return &pb.ReplicateAck{Epoch: m.epoch, Seq: m.seq}, eff
 		}
-		m.apply(e)
+		next++
+	}
+	for _, e := range r.Entries {
+		if e.Seq > m.seq {
+			m.apply(e)
+		}
 	}
 	if r.Grant != nil {
 		m.copyProof, m.copyAssign = r.Grant, r.Assignment
 	}
+	m.keepSeal(r.Seal)
 	return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
 }
 
@@ -684,6 +823,7 @@ func (m *machine) TakeOver(now time.Time) effects {
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.epoch++
 	m.replica, m.replicaSynced, m.outstanding, m.alone = "", false, false, false
+	m.verifiedLease = 0
 	eff := m.pump(now)
 	eff.needReplica = true
 	return eff
@@ -695,10 +835,11 @@ func (m *machine) TakeOver(now time.Time) effects {
 // assignment of s to this peer by the grant's holder (nil if none).
 func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []byte, assign *pb.Assignment, now time.Time) effects {
 	m.load(s)
-	m.copyProof, m.copyAssign = grant, assign
+	m.copyProof, m.copyAssign, m.copySeal = grant, assign, nil
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.replica, m.replicaSynced, m.outstanding, m.alone = replica, synced && replica != "", false, false
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
+	m.verifiedLease = 0
 	eff := m.pump(now)
 	if replica == "" {
 		eff.needReplica = true
@@ -718,7 +859,7 @@ func (m *machine) Handoff(to peer.ID, reply func(*pb.HandoffReply), now time.Tim
 		m.epoch++
 		snap := m.snapshot()
 		m.coordinator = to
-		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: m.copyProof, Assignment: m.copyAssign}}
+		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: m.copyProof, Assignment: m.copyAssign, Seal: m.copySeal}}
 	case m.role != pb.Role_ROLE_COORDINATOR:
 		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Error: "no state for region"}}
 	case m.handoffTo != "":
@@ -751,6 +892,7 @@ func (m *machine) giveAway() (eff effects) {
 	m.role, m.coordinator = pb.Role_ROLE_REPLICA, to
 	m.replica, m.replicaSynced, m.outstanding = "", false, false
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
+	m.verifiedLease, m.comparing = 0, false
 	// The copy keeps the grant it was committed under until the new
 	// coordinator replicates under its own: it is what proves the copy to
 	// a peer that takes the region over meanwhile.
@@ -758,7 +900,7 @@ func (m *machine) giveAway() (eff effects) {
 	m.log.Info("handed region over", "region", m.region, "to", to, "epoch", m.epoch, "objects", len(m.objects))
 	// The transport replaces the assignment with its own to the new
 	// coordinator when grant is this peer's.
-	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: grant, Assignment: m.copyAssign}
+	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: grant, Assignment: m.copyAssign, Seal: m.copySeal}
 	return eff
 }
 

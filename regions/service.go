@@ -64,6 +64,8 @@ type Service struct {
 
 	// leases: the newest lease ID known per region (trust.go).
 	leases newestLeases
+	// refusalLog rate-limits the log lines of refusals (trust.go refuse).
+	refusalLog refusalLimiter
 
 	reported map[Coord]Role // last roles told to OnRoleChange (maintainLoop only)
 
@@ -85,6 +87,9 @@ type slot struct {
 	source    peer.ID // hand-off source while the transfer runs
 	lastNudge time.Time
 	lastCheck time.Time // a replica's last check with its coordinator
+	// lastCompare: when a coordinator last compared copies under a new
+	// lease (acquire.go compareCopies).
+	lastCompare time.Time
 	// serial counts the assignments this peer signed for the region as
 	// coordinator; assigned is the last one, reused while it holds (trust.go).
 	serial   uint64
@@ -504,7 +509,23 @@ func (s *Service) handleStream(st network.Stream) {
 	defer st.Close()
 	_ = st.SetDeadline(time.Now().Add(2 * s.cfg.RequestTimeout))
 	from := st.Conn().RemotePeer()
-	reply := s.serveFrame(from, bufio.NewReader(st))
+	// After its one request the caller sends nothing until it has the
+	// reply, then closes. The watcher's read returns earlier only if the
+	// caller went away (it reset or closed the stream: it gave up), which
+	// a request waiting at the coordinator learns through gone.
+	var extra chan bool
+	watch := func() <-chan struct{} {
+		gone := make(chan struct{})
+		extra = make(chan bool, 1)
+		go func() {
+			var one [1]byte
+			n, _ := st.Read(one[:])
+			close(gone)
+			extra <- n > 0
+		}()
+		return gone
+	}
+	reply := s.serveFrameWatched(from, bufio.NewReader(st), watch)
 	if err := writeMessage(st, reply); err != nil {
 		st.Reset()
 		return
@@ -514,8 +535,15 @@ func (s *Service) handleStream(st network.Stream) {
 	// way, but libp2p's in-memory network flushes a closing stream at once,
 	// skipping its link latency, which would make tests and benchmarks
 	// under-report round trips.
-	var one [1]byte
-	if n, _ := st.Read(one[:]); n > 0 {
+	more := false
+	if extra != nil {
+		more = <-extra
+	} else {
+		var one [1]byte
+		n, _ := st.Read(one[:])
+		more = n > 0
+	}
+	if more {
 		st.Reset() // one request per stream
 	}
 }
@@ -526,6 +554,13 @@ func (s *Service) handleStream(st network.Stream) {
 // then the message. Anything malformed gets a BAD_REQUEST reply and changes
 // nothing.
 func (s *Service) serveFrame(from peer.ID, r *bufio.Reader) *pb.Message {
+	return s.serveFrameWatched(from, r, nil)
+}
+
+// serveFrameWatched is serveFrame; watch, if set, starts watching the
+// stream once the request is read and returns what closes when its caller
+// goes away (only a player's request waits long enough to care).
+func (s *Service) serveFrameWatched(from peer.ID, r *bufio.Reader, watch func() <-chan struct{}) *pb.Message {
 	tok, err := pbframe.Read(r, MaxTokenSize)
 	if err == nil {
 		if err := s.cfg.Authorizer.Authorize(from, tok); err != nil {
@@ -545,7 +580,11 @@ func (s *Service) serveFrame(from peer.ID, r *bufio.Reader) *pb.Message {
 			Status: pb.Status_STATUS_BAD_REQUEST, Error: truncate(err.Error()),
 		}}})
 	}
-	return s.serve(from, msg)
+	var gone <-chan struct{}
+	if watch != nil && msg.GetRequest() != nil {
+		gone = watch()
+	}
+	return s.serve(from, msg, gone)
 }
 
 func truncate(s string) string {
@@ -561,7 +600,9 @@ func badRequest(c Coord, format string, args ...any) *pb.Message {
 	}}}
 }
 
-func (s *Service) serve(from peer.ID, msg *pb.Message) *pb.Message {
+// serve answers msg from from; gone, if not nil, closes when the caller
+// stops waiting for the answer.
+func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb.Message {
 	c := Coord{X: int(msg.X), Y: int(msg.Y)}
 	if msg.World != s.cfg.World {
 		return s.envelope(c, badRequest(c, "world %q: this peer plays %q", msg.World, s.cfg.World))
@@ -573,7 +614,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message) *pb.Message {
 	var out *pb.Message
 	switch b := msg.Body.(type) {
 	case *pb.Message_Request:
-		out = &pb.Message{Body: &pb.Message_Reply{Reply: s.serveRequest(from, c, b.Request)}}
+		out = &pb.Message{Body: &pb.Message_Reply{Reply: s.serveRequest(from, c, b.Request, gone)}}
 	case *pb.Message_Replicate:
 		out = &pb.Message{Body: &pb.Message_ReplicateAck{ReplicateAck: s.serveReplicate(from, c, b.Replicate)}}
 	case *pb.Message_Info:
@@ -586,7 +627,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message) *pb.Message {
 		info.SteppingAside = !s.eligible(c)
 		out = &pb.Message{Body: &pb.Message_InfoReply{InfoReply: info}}
 	case *pb.Message_Handoff:
-		out = &pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: s.serveHandoff(from, c)}}
+		out = &pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: s.serveHandoff(from, c, b.Handoff.Grant)}}
 	case *pb.Message_Retire:
 		if sl := s.existingSlot(c); sl != nil {
 			sl.mu.Lock()
@@ -682,6 +723,10 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		out := eff.send
 		s.spawn(func() { s.replicate(c, sl, out) })
 	}
+	if eff.compare != 0 {
+		lease := eff.compare
+		s.spawn(func() { s.compareCopies(c, sl, lease) })
+	}
 	if eff.needReplica {
 		next := s.replicaChoice(c)
 		sl.mu.Lock()
@@ -696,6 +741,11 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 	// The replica keeps this peer's signed assignment with its copy: what
 	// lets it claim the copy when the region is taken over.
 	out.msg.Assignment = s.assign(c, sl, out.msg.Epoch, out.msg.Grant, out.to)
+	// And this peer's seal of what the copy holds once the message is
+	// applied, so that the replica cannot change it unnoticed.
+	if out.hash != nil {
+		out.msg.Seal = s.seal(c, out.msg.Epoch, out.msg.Grant, out.seq, out.hash)
+	}
 	// Half a request's time: a replica that does not answer by then is
 	// replaced while the players' requests waiting on the batch still
 	// wait, so they are answered rather than timed out.
@@ -776,16 +826,17 @@ func (s *Service) verifyDeposal(c Coord, out *outbound, ack *pb.ReplicateAck) bo
 	return true
 }
 
-// serveRequest answers a player's request for region c.
-func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request) (reply *pb.Reply) {
+// serveRequest answers a player's request for region c; gone (nil: never)
+// closes when the player stops waiting for the answer.
+func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request, gone <-chan struct{}) (reply *pb.Reply) {
 	start := time.Now()
 	defer func() { s.metrics.answered(req, reply, start) }()
-	return s.serveRequestOnce(from, c, req, false)
+	return s.serveRequestOnce(from, c, req, false, gone)
 }
 
 // serveRequestOnce is serveRequest; waited says it already waited for an
 // acquisition of the region to end.
-func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waited bool) *pb.Reply {
+func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waited bool, gone <-chan struct{}) *pb.Reply {
 	player := from
 	if req.Forwarded {
 		// A peer taking the region over forwards for the player; only the
@@ -799,22 +850,36 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 	}
 	sl := s.existingSlot(c)
 	if sl == nil {
-		return s.redirectOrAcquire(from, c, req, waited)
+		return s.redirectOrAcquire(from, c, req, waited, gone)
 	}
 	sl.mu.Lock()
 	switch sl.m.role {
 	case pb.Role_ROLE_COORDINATOR:
 		ch := make(chan *pb.Reply, 1)
-		eff := sl.m.Submit(&pending{from: player, req: req, reply: func(r *pb.Reply) { ch <- r }}, time.Now())
+		// The request's deadline is when this peer stops waiting for its
+		// answer: a lock granted later would go to nobody and block the
+		// object's other waiters until its TTL.
+		now := time.Now()
+		p := &pending{from: player, req: req, reply: func(r *pb.Reply) { ch <- r }, deadlineMs: now.Add(s.cfg.RequestTimeout).UnixMilli()}
+		eff := sl.m.Submit(p, now)
 		sl.mu.Unlock()
 		s.run(c, sl, eff)
 		timer := time.NewTimer(s.cfg.RequestTimeout)
 		defer timer.Stop()
+		abandon := func() {
+			sl.mu.Lock()
+			sl.m.Abandon(p, time.Now())
+			sl.mu.Unlock()
+		}
 		select {
 		case r := <-ch:
 			return r
 		case <-timer.C:
+			abandon()
 			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "coordinator busy"}
+		case <-gone:
+			abandon()
+			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the player went away"}
 		case <-s.ctx.Done():
 			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}
 		}
@@ -837,7 +902,22 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 			// back here, and it waits below).
 			fwd := proto.Clone(req).(*pb.Request)
 			fwd.Forwarded, fwd.Origin, fwd.Suspects = true, []byte(player), nil
-			reply, err := s.call(s.ctx, src, c, &pb.Message{Body: &pb.Message_Request{Request: fwd}})
+			// The forwarded request ends when the player goes away, so
+			// that the coordinator drops it too.
+			fctx, fcancel := context.WithCancel(s.ctx)
+			if gone != nil {
+				stop := make(chan struct{})
+				go func() {
+					select {
+					case <-gone:
+						fcancel()
+					case <-stop:
+					}
+				}()
+				defer close(stop)
+			}
+			reply, err := s.call(fctx, src, c, &pb.Message{Body: &pb.Message_Request{Request: fwd}})
+			fcancel()
 			if err == nil && reply.GetReply() != nil && reply.GetReply().Status != pb.Status_STATUS_REDIRECT &&
 				reply.GetReply().Status != pb.Status_STATUS_RETRY {
 				return reply.GetReply()
@@ -850,14 +930,14 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 			defer timer.Stop()
 			select {
 			case <-acquired:
-				return s.serveRequestOnce(from, c, req, true)
+				return s.serveRequestOnce(from, c, req, true, gone)
 			case <-timer.C:
 			case <-s.ctx.Done():
 			}
 		}
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "state transfer running"}
 	}
-	return s.redirectOrAcquire(from, c, req, waited)
+	return s.redirectOrAcquire(from, c, req, waited, gone)
 }
 
 // redirectOrAcquire answers a request for a region this peer does not
@@ -866,7 +946,7 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 // if they would change that answer (the first two of the region's
 // placement), and each at most once per ProbeTimeout: a request cannot
 // make this peer dial strangers.
-func (s *Service) redirectOrAcquire(from peer.ID, c Coord, req *pb.Request, waited bool) *pb.Reply {
+func (s *Service) redirectOrAcquire(from peer.ID, c Coord, req *pb.Request, waited bool, gone <-chan struct{}) *pb.Reply {
 	if req.Forwarded {
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "not coordinating"}
 	}
@@ -892,7 +972,7 @@ func (s *Service) redirectOrAcquire(from peer.ID, c Coord, req *pb.Request, wait
 		if !waited {
 			// Serve it once the region is taken over (or forward it while
 			// the state comes), rather than send the player away.
-			return s.serveRequestOnce(from, c, req, false)
+			return s.serveRequestOnce(from, c, req, false, gone)
 		}
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "taking the region over"}
 	}
@@ -1092,6 +1172,14 @@ func (s *Service) maintain(c Coord, w wakeup) {
 				s.log.Debug("a closer peer should coordinate; nudging it", "region", c, "closer", target)
 				s.spawn(func() { s.nudge(target, c) })
 			}
+			// The queue moves on meanwhile, and a lease that came since
+			// gets this peer's copy compared under it: until then its copy
+			// is not claimed as the lease's, and the closer peer, nudged,
+			// would not take it over from the lease holder.
+			sl.mu.Lock()
+			eff := sl.m.Kick(time.Now())
+			sl.mu.Unlock()
+			s.run(c, sl, eff)
 			return
 		}
 		if nudged {

@@ -1,9 +1,12 @@
 package regions
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,7 +35,10 @@ import (
 // (entryDigest), so members keep each with its proof and a rebuild after a
 // double failure takes only entries whose signature and grant check out.
 // A forwarded request's player is believed only with the player's own
-// signature over the request (requestDigest).
+// signature over the request (requestDigest). A coordinator seals what its
+// replica holds after each message (sealDigest over stateHash), so a copy
+// a replica hands over is believed only with the content its coordinator
+// sealed (checkSeal).
 const (
 	// placedWithin matches the lease service's default LeaseCandidates.
 	placedWithin = 8
@@ -68,6 +74,9 @@ const (
 	// A copy offered as a replica's (or a hand-off's) without the
 	// assignment its grant's holder signed for the peer offering it.
 	refusedAssignmentUnproven = "assignment_unproven"
+	// A replica's copy handed over whose content is not what its
+	// coordinator sealed (or with no seal by it).
+	refusedCopyUnsealed = "copy_unsealed"
 )
 
 // newestLeases remembers the newest lease ID seen with a valid grant for each
@@ -155,17 +164,76 @@ func (s *Service) verifyCoordinator(c Coord, p peer.ID, proof []byte) (claim, st
 	return s.checkProof(c, proof, true, p)
 }
 
-// refuse counts a refused claim and logs it.
-// A grant that lapsed or was overtaken is what an honest coordinator's
-// late message looks like across a hand-off, so it is logged at debug
-// level; the rest is what only a hostile or broken peer sends.
+// refuse counts a refused claim and logs it (refusalLevel), at most once
+// per refusalLogEvery for each reason; the next line logged for a reason
+// says how many were left out. The metric counts every refusal.
 func (s *Service) refuse(c Coord, from peer.ID, what, reason string) {
 	s.metrics.refused.WithLabelValues(reason).Inc()
-	level := slog.LevelWarn
-	if reason == refusedProofStale || reason == refusedProofExpired {
-		level = slog.LevelDebug
+	ok, skipped := s.refusalLog.allow(reason, time.Now())
+	if !ok {
+		return
 	}
-	s.log.Log(context.Background(), level, "refused a claim that does not check out", "region", c, "from", from, "what", what, "reason", reason)
+	args := []any{"region", c, "from", from, "what", what, "reason", reason}
+	if skipped > 0 {
+		args = append(args, "not_logged_since", skipped)
+	}
+	s.log.Log(context.Background(), refusalLevel(reason), "refused a claim that does not check out", args...)
+}
+
+// refusalLevel is the level a refusal with reason is logged at. An honest
+// peer in a changing network causes some: a view that differs (not
+// placed), a grant that lapsed or was overtaken, a copy it cannot prove
+// yet (one rebuilt from caches, or taken over by a replica without an
+// assignment), a replica too busy to answer; those are Info. Warn is for
+// what only a forger or a broken peer sends: a bad signature, a grant
+// naming another peer, a value out of bounds, a forged event or origin.
+func refusalLevel(reason string) slog.Level {
+	if sub, ok := strings.CutPrefix(reason, refusedHolderUnproven+"/"); ok {
+		reason = sub
+	}
+	switch reason {
+	case refusedNotPlaced, refusedProofMissing, refusedProofStale, refusedProofExpired,
+		refusedDeposalUnproven, refusedReplicaExcluded, refusedAssignmentUnproven, refusedHolderUnproven:
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}
+
+// refusalLogEvery is how often a refusal is logged per reason at most:
+// a thin view or a hand-off can make an honest peer's every event refused
+// for a while, and a hostile peer's flood must not flood the log.
+const refusalLogEvery = 10 * time.Second
+
+// refusalLimiter rate-limits refusal logs per reason (a fixed, small set).
+type refusalLimiter struct {
+	mu sync.Mutex
+	by map[string]*refusalLogged
+}
+
+type refusalLogged struct {
+	last    time.Time
+	skipped int
+}
+
+// allow reports whether a refusal with reason may be logged at now, and
+// how many were not logged since the last that was.
+func (l *refusalLimiter) allow(reason string, now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by == nil {
+		l.by = map[string]*refusalLogged{}
+	}
+	r := l.by[reason]
+	if r == nil {
+		r = &refusalLogged{}
+		l.by[reason] = r
+	} else if now.Sub(r.last) < refusalLogEvery {
+		r.skipped++
+		return false, 0
+	}
+	skipped := r.skipped
+	r.last, r.skipped = now, 0
+	return true, skipped
 }
 
 // --- signatures with libp2p keys ---------------------------------------------
@@ -174,6 +242,8 @@ const (
 	entrySigDomain      = "overworld/region/entry/1:"
 	requestSigDomain    = "overworld/region/request/1:"
 	assignmentSigDomain = "overworld/region/assignment/1:"
+	sealSigDomain       = "overworld/region/seal/1:"
+	stateHashDomain     = "overworld/region/state/1:"
 )
 
 func appendField(b []byte, f []byte) []byte {
@@ -238,6 +308,90 @@ func assignmentDigest(world string, c Coord, a *pb.Assignment) []byte {
 	b = binary.BigEndian.AppendUint64(b, a.LeaseId)
 	b = appendField(b, a.Holder)
 	return binary.BigEndian.AppendUint64(b, a.Serial)
+}
+
+// sealDigest is what a coordinator signs when it seals its state: the
+// region, the epoch, the lease, the seq and the state's hash.
+func sealDigest(world string, c Coord, s *pb.Seal) []byte {
+	b := []byte(sealSigDomain)
+	b = appendField(b, []byte(world))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.X))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.Y))
+	b = binary.BigEndian.AppendUint64(b, s.Epoch)
+	b = binary.BigEndian.AppendUint64(b, s.LeaseId)
+	b = binary.BigEndian.AppendUint64(b, s.Seq)
+	return appendField(b, s.StateHash)
+}
+
+// stateHash is the SHA-256 of a region's state at seq: every field of
+// each object, in the order given (sorted by ID, as snapshots have
+// them), then each remembered outcome in the done log's order. The epoch
+// is left out: a hand-off raises it without changing the state.
+func stateHash(seq uint64, objects []*pb.Object, done []*pb.Done) []byte {
+	h := sha256.New()
+	var b []byte
+	b = append(b, stateHashDomain...)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(objects)))
+	for _, o := range objects {
+		b = appendField(b, []byte(o.GetId()))
+		b = appendField(b, o.GetValue())
+		b = binary.BigEndian.AppendUint64(b, o.GetVersion())
+		b = appendField(b, o.GetLockHolder())
+		b = binary.BigEndian.AppendUint64(b, uint64(o.GetLockExpiresMs()))
+		b = binary.BigEndian.AppendUint64(b, uint64(o.GetLockSinceMs()))
+		h.Write(b)
+		b = b[:0]
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(len(done)))
+	for _, d := range done {
+		b = appendField(b, d.GetRequestId())
+		b = binary.BigEndian.AppendUint32(b, uint32(d.GetStatus()))
+		b = binary.BigEndian.AppendUint64(b, d.GetVersion())
+		b = binary.BigEndian.AppendUint64(b, uint64(d.GetLockExpiresMs()))
+		h.Write(b)
+		b = b[:0]
+	}
+	h.Write(b)
+	return h.Sum(nil)
+}
+
+// snapshotHash is stateHash of a snapshot as it stands.
+func snapshotHash(s *pb.Snapshot) []byte { return stateHash(s.GetSeq(), s.GetObjects(), s.GetDone()) }
+
+// seal returns this peer's signed seal of region c's state at seq (hash)
+// in epoch under the lease grant names (this peer's own); nil without a
+// lease service or a grant.
+func (s *Service) seal(c Coord, epoch uint64, grant []byte, seq uint64, hash []byte) *pb.Seal {
+	if s.cfg.Proofs == nil || len(grant) == 0 {
+		return nil
+	}
+	_, lease, _, err := s.cfg.Proofs.CheckProof(c, grant)
+	if err != nil {
+		return nil
+	}
+	sl := &pb.Seal{Epoch: epoch, LeaseId: lease, Seq: seq, StateHash: hash}
+	if sl.Signature = s.sign(sealDigest(s.cfg.World, c, sl)); sl.Signature == nil {
+		return nil
+	}
+	return sl
+}
+
+// checkSeal checks that snapshot snap, a copy proven by grant (checked
+// already) that another peer hands over, is what grant's holder sealed:
+// signed by it under grant's lease, at the snapshot's seq, with the
+// snapshot's hash. It returns a refusal reason, "" when it checks out.
+func (s *Service) checkSeal(c Coord, grant []byte, snap *pb.Snapshot, seal *pb.Seal) string {
+	holder, lease, _, err := s.cfg.Proofs.CheckProof(c, grant)
+	if err != nil {
+		return refusedProofInvalid
+	}
+	if seal == nil || seal.LeaseId != lease || seal.Seq != snap.Seq ||
+		!bytes.Equal(seal.StateHash, snapshotHash(snap)) ||
+		!s.verifySig(holder, sealDigest(s.cfg.World, c, seal), seal.Signature) {
+		return refusedCopyUnsealed
+	}
+	return ""
 }
 
 // assign returns this peer's signed assignment of region c's copy to

@@ -2,6 +2,7 @@ package regions
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -133,6 +134,9 @@ func validateMessage(m *pb.Message) error {
 		if err := validateAssignment(b.HandoffReply.Assignment); err != nil {
 			return fmt.Errorf("handoff reply: %w", err)
 		}
+		if err := validateSeal(b.HandoffReply.Seal); err != nil {
+			return fmt.Errorf("handoff reply: %w", err)
+		}
 		if err := validateSnapshot(b.HandoffReply.Snapshot); err != nil {
 			return err
 		}
@@ -152,7 +156,12 @@ func validateMessage(m *pb.Message) error {
 			return errors.New("ack: error text too long")
 		}
 		return nil
-	case *pb.Message_Info, *pb.Message_Handoff, *pb.Message_Retire, *pb.Message_Nudge,
+	case *pb.Message_Handoff:
+		if len(b.Handoff.Grant) > maxGrantLen {
+			return errors.New("handoff: grant too long")
+		}
+		return nil
+	case *pb.Message_Info, *pb.Message_Retire, *pb.Message_Nudge,
 		*pb.Message_CacheQuery, *pb.Message_Ping:
 		return nil
 	case nil:
@@ -172,6 +181,18 @@ func validateAssignment(a *pb.Assignment) error {
 		return errors.New("assignment: epoch or signature out of bounds")
 	}
 	return validatePeerField("assignment holder", a.Holder, false)
+}
+
+// validateSeal checks an optional seal's bounds and shape (its signature
+// is checked where the copy it covers is taken over).
+func validateSeal(s *pb.Seal) error {
+	if s == nil {
+		return nil
+	}
+	if s.Epoch > maxEpoch || len(s.StateHash) != sha256.Size || len(s.Signature) == 0 || len(s.Signature) > maxSignatureLen {
+		return errors.New("seal: epoch, hash or signature out of bounds")
+	}
+	return nil
 }
 
 func validatePeerField(name string, b []byte, optional bool) error {
@@ -368,6 +389,9 @@ func validateReplicate(r *pb.Replicate) error {
 		return errors.New("replicate: want either a snapshot or entries")
 	}
 	if err := validateAssignment(r.Assignment); err != nil {
+		return fmt.Errorf("replicate: %w", err)
+	}
+	if err := validateSeal(r.Seal); err != nil {
 		return fmt.Errorf("replicate: %w", err)
 	}
 	if r.Snapshot != nil && r.Snapshot.Epoch != r.Epoch {

@@ -756,7 +756,11 @@ type Replicate struct {
 	// assignment: the sender's signed statement that the receiver is its
 	// replica in this epoch under grant's lease, which the replica shows
 	// with its copy when the region is taken over.
-	Assignment    *Assignment `protobuf:"bytes,5,opt,name=assignment,proto3" json:"assignment,omitempty"`
+	Assignment *Assignment `protobuf:"bytes,5,opt,name=assignment,proto3" json:"assignment,omitempty"`
+	// seal: the sender's signed statement of what the receiver's copy holds
+	// once it has applied this message; the replica keeps the latest and
+	// shows it when its copy is taken over.
+	Seal          *Seal `protobuf:"bytes,6,opt,name=seal,proto3" json:"seal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -826,6 +830,95 @@ func (x *Replicate) GetAssignment() *Assignment {
 	return nil
 }
 
+func (x *Replicate) GetSeal() *Seal {
+	if x != nil {
+		return x.Seal
+	}
+	return nil
+}
+
+// Seal is a coordinator's statement, signed with its libp2p key (see
+// regions' sealDigest), that the region's state (objects and done log, not
+// the epoch) at seq hashes to state_hash (regions' stateHash); epoch and
+// lease_id are the coordinator's when it sealed. A peer taking a replica's
+// copy over checks the copy against it: a replica cannot change what its
+// copy holds.
+type Seal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	LeaseId       uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	StateHash     []byte                 `protobuf:"bytes,4,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Seal) Reset() {
+	*x = Seal{}
+	mi := &file_region_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Seal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Seal) ProtoMessage() {}
+
+func (x *Seal) ProtoReflect() protoreflect.Message {
+	mi := &file_region_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Seal.ProtoReflect.Descriptor instead.
+func (*Seal) Descriptor() ([]byte, []int) {
+	return file_region_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Seal) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Seal) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *Seal) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Seal) GetStateHash() []byte {
+	if x != nil {
+		return x.StateHash
+	}
+	return nil
+}
+
+func (x *Seal) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // Assignment is a coordinator's statement, signed with its libp2p key (see
 // regions' assignmentDigest), that holder holds a copy of the region as
 // its replica (or as the peer it handed the region to) in epoch, under
@@ -845,7 +938,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_region_proto_msgTypes[7]
+	mi := &file_region_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +950,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[7]
+	mi := &file_region_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +963,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{7}
+	return file_region_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Assignment) GetEpoch() uint64 {
@@ -926,7 +1019,7 @@ type ReplicateAck struct {
 
 func (x *ReplicateAck) Reset() {
 	*x = ReplicateAck{}
-	mi := &file_region_proto_msgTypes[8]
+	mi := &file_region_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1031,7 @@ func (x *ReplicateAck) String() string {
 func (*ReplicateAck) ProtoMessage() {}
 
 func (x *ReplicateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[8]
+	mi := &file_region_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1044,7 @@ func (x *ReplicateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateAck.ProtoReflect.Descriptor instead.
 func (*ReplicateAck) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{8}
+	return file_region_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReplicateAck) GetOk() bool {
@@ -1005,7 +1098,7 @@ type Info struct {
 
 func (x *Info) Reset() {
 	*x = Info{}
-	mi := &file_region_proto_msgTypes[9]
+	mi := &file_region_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1110,7 @@ func (x *Info) String() string {
 func (*Info) ProtoMessage() {}
 
 func (x *Info) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[9]
+	mi := &file_region_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1123,7 @@ func (x *Info) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Info.ProtoReflect.Descriptor instead.
 func (*Info) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{9}
+	return file_region_proto_rawDescGZIP(), []int{10}
 }
 
 type InfoReply struct {
@@ -1060,7 +1153,7 @@ type InfoReply struct {
 
 func (x *InfoReply) Reset() {
 	*x = InfoReply{}
-	mi := &file_region_proto_msgTypes[10]
+	mi := &file_region_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1165,7 @@ func (x *InfoReply) String() string {
 func (*InfoReply) ProtoMessage() {}
 
 func (x *InfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[10]
+	mi := &file_region_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1178,7 @@ func (x *InfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoReply.ProtoReflect.Descriptor instead.
 func (*InfoReply) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{10}
+	return file_region_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InfoReply) GetRole() Role {
@@ -1146,14 +1239,19 @@ func (x *InfoReply) GetAssignment() *Assignment {
 
 // Handoff asks the holder of a region's state to pass it over.
 type Handoff struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grant: the asking peer's signed grant of the region's current lease,
+	// if it holds it: a coordinator without the lease hands the region to
+	// the lease holder even if it is closer itself (a lease service is in
+	// use).
+	Grant         []byte `protobuf:"bytes,1,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Handoff) Reset() {
 	*x = Handoff{}
-	mi := &file_region_proto_msgTypes[11]
+	mi := &file_region_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1263,7 @@ func (x *Handoff) String() string {
 func (*Handoff) ProtoMessage() {}
 
 func (x *Handoff) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[11]
+	mi := &file_region_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1276,14 @@ func (x *Handoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
 func (*Handoff) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{11}
+	return file_region_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Handoff) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type HandoffReply struct {
@@ -1192,14 +1297,17 @@ type HandoffReply struct {
 	Grant []byte `protobuf:"bytes,5,opt,name=grant,proto3" json:"grant,omitempty"`
 	// assignment: as InfoReply.assignment: the sender's own, or, when the
 	// sender holds grant's lease, its assignment of the copy to the receiver.
-	Assignment    *Assignment `protobuf:"bytes,6,opt,name=assignment,proto3" json:"assignment,omitempty"`
+	Assignment *Assignment `protobuf:"bytes,6,opt,name=assignment,proto3" json:"assignment,omitempty"`
+	// seal: the seal of the snapshot by grant's holder (the sender's own
+	// when it holds the grant's lease, else the one it kept with its copy).
+	Seal          *Seal `protobuf:"bytes,7,opt,name=seal,proto3" json:"seal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HandoffReply) Reset() {
 	*x = HandoffReply{}
-	mi := &file_region_proto_msgTypes[12]
+	mi := &file_region_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1319,7 @@ func (x *HandoffReply) String() string {
 func (*HandoffReply) ProtoMessage() {}
 
 func (x *HandoffReply) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[12]
+	mi := &file_region_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1332,7 @@ func (x *HandoffReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffReply.ProtoReflect.Descriptor instead.
 func (*HandoffReply) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{12}
+	return file_region_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HandoffReply) GetOk() bool {
@@ -1269,6 +1377,13 @@ func (x *HandoffReply) GetAssignment() *Assignment {
 	return nil
 }
 
+func (x *HandoffReply) GetSeal() *Seal {
+	if x != nil {
+		return x.Seal
+	}
+	return nil
+}
+
 // Retire tells an old replica its copy is no longer needed.
 type Retire struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1279,7 +1394,7 @@ type Retire struct {
 
 func (x *Retire) Reset() {
 	*x = Retire{}
-	mi := &file_region_proto_msgTypes[13]
+	mi := &file_region_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1406,7 @@ func (x *Retire) String() string {
 func (*Retire) ProtoMessage() {}
 
 func (x *Retire) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[13]
+	mi := &file_region_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1419,7 @@ func (x *Retire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retire.ProtoReflect.Descriptor instead.
 func (*Retire) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{13}
+	return file_region_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Retire) GetEpoch() uint64 {
@@ -1324,7 +1439,7 @@ type Nudge struct {
 
 func (x *Nudge) Reset() {
 	*x = Nudge{}
-	mi := &file_region_proto_msgTypes[14]
+	mi := &file_region_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1451,7 @@ func (x *Nudge) String() string {
 func (*Nudge) ProtoMessage() {}
 
 func (x *Nudge) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[14]
+	mi := &file_region_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1464,7 @@ func (x *Nudge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nudge.ProtoReflect.Descriptor instead.
 func (*Nudge) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{14}
+	return file_region_proto_rawDescGZIP(), []int{15}
 }
 
 // CacheQuery asks a member for its cache of a region (double failure).
@@ -1361,7 +1476,7 @@ type CacheQuery struct {
 
 func (x *CacheQuery) Reset() {
 	*x = CacheQuery{}
-	mi := &file_region_proto_msgTypes[15]
+	mi := &file_region_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1488,7 @@ func (x *CacheQuery) String() string {
 func (*CacheQuery) ProtoMessage() {}
 
 func (x *CacheQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[15]
+	mi := &file_region_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1501,7 @@ func (x *CacheQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheQuery.ProtoReflect.Descriptor instead.
 func (*CacheQuery) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{15}
+	return file_region_proto_rawDescGZIP(), []int{16}
 }
 
 type CacheReply struct {
@@ -1403,7 +1518,7 @@ type CacheReply struct {
 
 func (x *CacheReply) Reset() {
 	*x = CacheReply{}
-	mi := &file_region_proto_msgTypes[16]
+	mi := &file_region_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1530,7 @@ func (x *CacheReply) String() string {
 func (*CacheReply) ProtoMessage() {}
 
 func (x *CacheReply) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[16]
+	mi := &file_region_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1543,7 @@ func (x *CacheReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheReply.ProtoReflect.Descriptor instead.
 func (*CacheReply) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{16}
+	return file_region_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CacheReply) GetEpoch() uint64 {
@@ -1469,7 +1584,7 @@ type SignedEntry struct {
 
 func (x *SignedEntry) Reset() {
 	*x = SignedEntry{}
-	mi := &file_region_proto_msgTypes[17]
+	mi := &file_region_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1596,7 @@ func (x *SignedEntry) String() string {
 func (*SignedEntry) ProtoMessage() {}
 
 func (x *SignedEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[17]
+	mi := &file_region_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1609,7 @@ func (x *SignedEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedEntry.ProtoReflect.Descriptor instead.
 func (*SignedEntry) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{17}
+	return file_region_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SignedEntry) GetEpoch() uint64 {
@@ -1540,7 +1655,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_region_proto_msgTypes[18]
+	mi := &file_region_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1667,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[18]
+	mi := &file_region_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1680,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{18}
+	return file_region_proto_rawDescGZIP(), []int{19}
 }
 
 type Ack struct {
@@ -1577,7 +1692,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_region_proto_msgTypes[19]
+	mi := &file_region_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1704,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[19]
+	mi := &file_region_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1717,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{19}
+	return file_region_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Ack) GetError() string {
@@ -1643,7 +1758,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_region_proto_msgTypes[20]
+	mi := &file_region_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1770,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[20]
+	mi := &file_region_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1783,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{20}
+	return file_region_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Message) GetWorld() string {
@@ -1940,7 +2055,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_region_proto_msgTypes[21]
+	mi := &file_region_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2067,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_region_proto_msgTypes[21]
+	mi := &file_region_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2080,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_region_proto_rawDescGZIP(), []int{21}
+	return file_region_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Event) GetWorld() string {
@@ -2076,7 +2191,7 @@ const file_region_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x14\n" +
 	"\x05epoch\x18\a \x01(\x04R\x05epoch\x12\x1f\n" +
 	"\vsingle_copy\x18\b \x01(\bR\n" +
-	"singleCopy\"\xe9\x01\n" +
+	"singleCopy\"\x98\x02\n" +
 	"\tReplicate\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x129\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1d.overworld.region.v1.SnapshotR\bsnapshot\x124\n" +
@@ -2084,7 +2199,15 @@ const file_region_proto_rawDesc = "" +
 	"\x05grant\x18\x04 \x01(\fR\x05grant\x12?\n" +
 	"\n" +
 	"assignment\x18\x05 \x01(\v2\x1f.overworld.region.v1.AssignmentR\n" +
-	"assignment\"\x8b\x01\n" +
+	"assignment\x12-\n" +
+	"\x04seal\x18\x06 \x01(\v2\x19.overworld.region.v1.SealR\x04seal\"\x86\x01\n" +
+	"\x04Seal\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
+	"\n" +
+	"state_hash\x18\x04 \x01(\fR\tstateHash\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\fR\tsignature\"\x8b\x01\n" +
 	"\n" +
 	"Assignment\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x19\n" +
@@ -2110,8 +2233,9 @@ const file_region_proto_rawDesc = "" +
 	"\areplica\x18\a \x01(\fR\areplica\x12?\n" +
 	"\n" +
 	"assignment\x18\b \x01(\v2\x1f.overworld.region.v1.AssignmentR\n" +
-	"assignment\"\t\n" +
-	"\aHandoff\"\xe2\x01\n" +
+	"assignment\"\x1f\n" +
+	"\aHandoff\x12\x14\n" +
+	"\x05grant\x18\x01 \x01(\fR\x05grant\"\x91\x02\n" +
 	"\fHandoffReply\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x129\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1d.overworld.region.v1.SnapshotR\bsnapshot\x12\x1a\n" +
@@ -2120,7 +2244,8 @@ const file_region_proto_rawDesc = "" +
 	"\x05grant\x18\x05 \x01(\fR\x05grant\x12?\n" +
 	"\n" +
 	"assignment\x18\x06 \x01(\v2\x1f.overworld.region.v1.AssignmentR\n" +
-	"assignment\"\x1e\n" +
+	"assignment\x12-\n" +
+	"\x04seal\x18\a \x01(\v2\x19.overworld.region.v1.SealR\x04seal\"\x1e\n" +
 	"\x06Retire\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\a\n" +
 	"\x05Nudge\"\f\n" +
@@ -2210,7 +2335,7 @@ func file_region_proto_rawDescGZIP() []byte {
 }
 
 var file_region_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_region_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_region_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_region_proto_goTypes = []any{
 	(Op)(0),              // 0: overworld.region.v1.Op
 	(Status)(0),          // 1: overworld.region.v1.Status
@@ -2222,21 +2347,22 @@ var file_region_proto_goTypes = []any{
 	(*Request)(nil),      // 7: overworld.region.v1.Request
 	(*Reply)(nil),        // 8: overworld.region.v1.Reply
 	(*Replicate)(nil),    // 9: overworld.region.v1.Replicate
-	(*Assignment)(nil),   // 10: overworld.region.v1.Assignment
-	(*ReplicateAck)(nil), // 11: overworld.region.v1.ReplicateAck
-	(*Info)(nil),         // 12: overworld.region.v1.Info
-	(*InfoReply)(nil),    // 13: overworld.region.v1.InfoReply
-	(*Handoff)(nil),      // 14: overworld.region.v1.Handoff
-	(*HandoffReply)(nil), // 15: overworld.region.v1.HandoffReply
-	(*Retire)(nil),       // 16: overworld.region.v1.Retire
-	(*Nudge)(nil),        // 17: overworld.region.v1.Nudge
-	(*CacheQuery)(nil),   // 18: overworld.region.v1.CacheQuery
-	(*CacheReply)(nil),   // 19: overworld.region.v1.CacheReply
-	(*SignedEntry)(nil),  // 20: overworld.region.v1.SignedEntry
-	(*Ping)(nil),         // 21: overworld.region.v1.Ping
-	(*Ack)(nil),          // 22: overworld.region.v1.Ack
-	(*Message)(nil),      // 23: overworld.region.v1.Message
-	(*Event)(nil),        // 24: overworld.region.v1.Event
+	(*Seal)(nil),         // 10: overworld.region.v1.Seal
+	(*Assignment)(nil),   // 11: overworld.region.v1.Assignment
+	(*ReplicateAck)(nil), // 12: overworld.region.v1.ReplicateAck
+	(*Info)(nil),         // 13: overworld.region.v1.Info
+	(*InfoReply)(nil),    // 14: overworld.region.v1.InfoReply
+	(*Handoff)(nil),      // 15: overworld.region.v1.Handoff
+	(*HandoffReply)(nil), // 16: overworld.region.v1.HandoffReply
+	(*Retire)(nil),       // 17: overworld.region.v1.Retire
+	(*Nudge)(nil),        // 18: overworld.region.v1.Nudge
+	(*CacheQuery)(nil),   // 19: overworld.region.v1.CacheQuery
+	(*CacheReply)(nil),   // 20: overworld.region.v1.CacheReply
+	(*SignedEntry)(nil),  // 21: overworld.region.v1.SignedEntry
+	(*Ping)(nil),         // 22: overworld.region.v1.Ping
+	(*Ack)(nil),          // 23: overworld.region.v1.Ack
+	(*Message)(nil),      // 24: overworld.region.v1.Message
+	(*Event)(nil),        // 25: overworld.region.v1.Event
 }
 var file_region_proto_depIdxs = []int32{
 	1,  // 0: overworld.region.v1.Done.status:type_name -> overworld.region.v1.Status
@@ -2250,34 +2376,36 @@ var file_region_proto_depIdxs = []int32{
 	3,  // 8: overworld.region.v1.Reply.objects:type_name -> overworld.region.v1.Object
 	6,  // 9: overworld.region.v1.Replicate.snapshot:type_name -> overworld.region.v1.Snapshot
 	5,  // 10: overworld.region.v1.Replicate.entries:type_name -> overworld.region.v1.Entry
-	10, // 11: overworld.region.v1.Replicate.assignment:type_name -> overworld.region.v1.Assignment
-	2,  // 12: overworld.region.v1.InfoReply.role:type_name -> overworld.region.v1.Role
-	10, // 13: overworld.region.v1.InfoReply.assignment:type_name -> overworld.region.v1.Assignment
-	6,  // 14: overworld.region.v1.HandoffReply.snapshot:type_name -> overworld.region.v1.Snapshot
-	10, // 15: overworld.region.v1.HandoffReply.assignment:type_name -> overworld.region.v1.Assignment
-	3,  // 16: overworld.region.v1.CacheReply.objects:type_name -> overworld.region.v1.Object
-	20, // 17: overworld.region.v1.CacheReply.entries:type_name -> overworld.region.v1.SignedEntry
-	5,  // 18: overworld.region.v1.SignedEntry.entry:type_name -> overworld.region.v1.Entry
-	7,  // 19: overworld.region.v1.Message.request:type_name -> overworld.region.v1.Request
-	8,  // 20: overworld.region.v1.Message.reply:type_name -> overworld.region.v1.Reply
-	9,  // 21: overworld.region.v1.Message.replicate:type_name -> overworld.region.v1.Replicate
-	11, // 22: overworld.region.v1.Message.replicate_ack:type_name -> overworld.region.v1.ReplicateAck
-	12, // 23: overworld.region.v1.Message.info:type_name -> overworld.region.v1.Info
-	13, // 24: overworld.region.v1.Message.info_reply:type_name -> overworld.region.v1.InfoReply
-	14, // 25: overworld.region.v1.Message.handoff:type_name -> overworld.region.v1.Handoff
-	15, // 26: overworld.region.v1.Message.handoff_reply:type_name -> overworld.region.v1.HandoffReply
-	16, // 27: overworld.region.v1.Message.retire:type_name -> overworld.region.v1.Retire
-	17, // 28: overworld.region.v1.Message.nudge:type_name -> overworld.region.v1.Nudge
-	18, // 29: overworld.region.v1.Message.cache_query:type_name -> overworld.region.v1.CacheQuery
-	19, // 30: overworld.region.v1.Message.cache_reply:type_name -> overworld.region.v1.CacheReply
-	21, // 31: overworld.region.v1.Message.ping:type_name -> overworld.region.v1.Ping
-	22, // 32: overworld.region.v1.Message.ack:type_name -> overworld.region.v1.Ack
-	5,  // 33: overworld.region.v1.Event.entries:type_name -> overworld.region.v1.Entry
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	11, // 11: overworld.region.v1.Replicate.assignment:type_name -> overworld.region.v1.Assignment
+	10, // 12: overworld.region.v1.Replicate.seal:type_name -> overworld.region.v1.Seal
+	2,  // 13: overworld.region.v1.InfoReply.role:type_name -> overworld.region.v1.Role
+	11, // 14: overworld.region.v1.InfoReply.assignment:type_name -> overworld.region.v1.Assignment
+	6,  // 15: overworld.region.v1.HandoffReply.snapshot:type_name -> overworld.region.v1.Snapshot
+	11, // 16: overworld.region.v1.HandoffReply.assignment:type_name -> overworld.region.v1.Assignment
+	10, // 17: overworld.region.v1.HandoffReply.seal:type_name -> overworld.region.v1.Seal
+	3,  // 18: overworld.region.v1.CacheReply.objects:type_name -> overworld.region.v1.Object
+	21, // 19: overworld.region.v1.CacheReply.entries:type_name -> overworld.region.v1.SignedEntry
+	5,  // 20: overworld.region.v1.SignedEntry.entry:type_name -> overworld.region.v1.Entry
+	7,  // 21: overworld.region.v1.Message.request:type_name -> overworld.region.v1.Request
+	8,  // 22: overworld.region.v1.Message.reply:type_name -> overworld.region.v1.Reply
+	9,  // 23: overworld.region.v1.Message.replicate:type_name -> overworld.region.v1.Replicate
+	12, // 24: overworld.region.v1.Message.replicate_ack:type_name -> overworld.region.v1.ReplicateAck
+	13, // 25: overworld.region.v1.Message.info:type_name -> overworld.region.v1.Info
+	14, // 26: overworld.region.v1.Message.info_reply:type_name -> overworld.region.v1.InfoReply
+	15, // 27: overworld.region.v1.Message.handoff:type_name -> overworld.region.v1.Handoff
+	16, // 28: overworld.region.v1.Message.handoff_reply:type_name -> overworld.region.v1.HandoffReply
+	17, // 29: overworld.region.v1.Message.retire:type_name -> overworld.region.v1.Retire
+	18, // 30: overworld.region.v1.Message.nudge:type_name -> overworld.region.v1.Nudge
+	19, // 31: overworld.region.v1.Message.cache_query:type_name -> overworld.region.v1.CacheQuery
+	20, // 32: overworld.region.v1.Message.cache_reply:type_name -> overworld.region.v1.CacheReply
+	22, // 33: overworld.region.v1.Message.ping:type_name -> overworld.region.v1.Ping
+	23, // 34: overworld.region.v1.Message.ack:type_name -> overworld.region.v1.Ack
+	5,  // 35: overworld.region.v1.Event.entries:type_name -> overworld.region.v1.Entry
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_region_proto_init() }
@@ -2285,7 +2413,7 @@ func file_region_proto_init() {
 	if File_region_proto != nil {
 		return
 	}
-	file_region_proto_msgTypes[20].OneofWrappers = []any{
+	file_region_proto_msgTypes[21].OneofWrappers = []any{
 		(*Message_Request)(nil),
 		(*Message_Reply)(nil),
 		(*Message_Replicate)(nil),
@@ -2307,7 +2435,7 @@ func file_region_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_region_proto_rawDesc), len(file_region_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
