@@ -2,12 +2,9 @@ package regions
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/libp2p/go-libp2p/core/peer"
 
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
@@ -80,41 +77,7 @@ func TestStaleTakeoverLosesToTheLaterReplica(t *testing.T) {
 	cl, _, co, re := leasedCluster(t, 5, c)
 	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
 	defer cancel()
-	// R's copy as it was when the coordinator left it out.
-	rsl := re.svc.existingSlot(c)
-	rsl.mu.Lock()
-	saved, proof, assign := rsl.m.snapshot(), rsl.m.copyProof, rsl.m.copyAssign
-	rsl.mu.Unlock()
-	if assign == nil {
-		t.Fatal("the replica holds no assignment")
-	}
-	co.svc.exclude(c, re.id(), "test")
-	csl := co.svc.existingSlot(c)
-	var q peer.ID
-	waitUntil(t, 10*time.Second, "the coordinator to replicate elsewhere", func() bool {
-		csl.mu.Lock()
-		defer csl.mu.Unlock()
-		q = csl.m.replica
-		return q != "" && q != re.id() && csl.m.replicaSynced
-	})
-	// R's retirement was lost and it took its old copy over.
-	rsl.mu.Lock()
-	rsl.m.load(saved)
-	rsl.m.role, rsl.m.coordinator, rsl.m.copyProof, rsl.m.copyAssign = pb.Role_ROLE_REPLICA, co.id(), proof, assign
-	eff := rsl.m.TakeOver(time.Now())
-	rsl.mu.Unlock()
-	re.svc.run(c, rsl, eff)
-	for v := uint64(1); v <= 2; v++ {
-		if _, err := co.cl.ReadWrite(ctx, c, "apple", v, []byte(fmt.Sprint(v+1))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitUntil(t, 10*time.Second, "Q to hold the writes", func() bool {
-		return strings.Contains(stateOf(cl.byID(q), c), "version:3")
-	})
-	if re.svc.Role(c) != RoleCoordinator || !strings.Contains(stateOf(re, c), "version:1") {
-		t.Fatalf("R does not hold its stale copy as coordinator: %s", stateOf(re, c))
-	}
+	strayReplica(t, ctx, cl, co, re, c)
 	cl.crash(t, co)
 	// The lease stays with the crashed coordinator (it has not expired):
 	// nobody commits, and the copies are compared as they are.

@@ -25,44 +25,14 @@ func TestStrayCoordinatorComparesBeforeCommitting(t *testing.T) {
 	cl, book, co, re := leasedCluster(t, 5, c)
 	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
 	defer cancel()
+	q := strayReplica(t, ctx, cl, co, re, c)
 	rsl := re.svc.existingSlot(c)
-	rsl.mu.Lock()
-	saved, proof, assign := rsl.m.snapshot(), rsl.m.copyProof, rsl.m.copyAssign
-	rsl.mu.Unlock()
-	co.svc.exclude(c, re.id(), "test")
-	csl := co.svc.existingSlot(c)
-	var q peer.ID
-	waitUntil(t, 10*time.Second, "the coordinator to replicate elsewhere", func() bool {
-		csl.mu.Lock()
-		defer csl.mu.Unlock()
-		q = csl.m.replica
-		return q != "" && q != re.id() && csl.m.replicaSynced
-	})
-	// R's retirement was lost and it took its old copy over.
-	rsl.mu.Lock()
-	rsl.m.load(saved)
-	rsl.m.role, rsl.m.coordinator, rsl.m.copyProof, rsl.m.copyAssign = pb.Role_ROLE_REPLICA, co.id(), proof, assign
-	eff := rsl.m.TakeOver(time.Now())
-	rsl.mu.Unlock()
-	re.svc.run(c, rsl, eff)
-	// Acknowledged writes R never saw.
-	for v := uint64(1); v <= 2; v++ {
-		if _, err := co.cl.ReadWrite(ctx, c, "apple", v, []byte(fmt.Sprint(v+1))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitUntil(t, 10*time.Second, "Q to hold the writes", func() bool {
-		return strings.Contains(stateOf(cl.byID(q), c), "version:3")
-	})
-	if re.svc.Role(c) != RoleCoordinator || !strings.Contains(stateOf(re, c), "version:1") {
-		t.Fatalf("R does not hold its stale copy as coordinator: %s", stateOf(re, c))
-	}
 	// The coordinator crashes and its lease runs out: R gets the next one
 	// at its next maintenance tick (run here at once).
 	cl.crash(t, co)
 	book.release(c)
 	rsl.mu.Lock()
-	eff = rsl.m.Kick(time.Now())
+	eff := rsl.m.Kick(time.Now())
 	rsl.mu.Unlock()
 	re.svc.run(c, rsl, eff)
 	// A player keeps writing; each write that succeeds builds on the last.
@@ -170,4 +140,50 @@ func TestLeaseHolderTakesTheFresherCopyFromACloserPeer(t *testing.T) {
 	if _, err := player.cl.ReadWrite(ctx, c, "apple", 1, []byte("2")); err != nil {
 		t.Fatalf("write after the lease moved to a farther peer: %v", err)
 	}
+}
+
+// strayReplica sets up the stray-replica case both lineage tests play: the
+// coordinator co leaves its replica re out and replicates to another peer
+// Q; re's retirement is lost and re, suspecting co falsely, takes its old
+// copy over in a higher epoch without a lease; co then acknowledges two
+// more writes of "apple" (to version 3) that only Q holds. It returns Q.
+func strayReplica(t *testing.T, ctx context.Context, cl *cluster, co, re *member, c Coord) peer.ID {
+	t.Helper()
+	// re's copy as it was when the coordinator left it out.
+	rsl := re.svc.existingSlot(c)
+	rsl.mu.Lock()
+	saved, proof, assign := rsl.m.snapshot(), rsl.m.copyProof, rsl.m.copyAssign
+	rsl.mu.Unlock()
+	if assign == nil {
+		t.Fatal("the replica holds no assignment")
+	}
+	co.svc.exclude(c, re.id(), "test")
+	csl := co.svc.existingSlot(c)
+	var q peer.ID
+	waitUntil(t, 10*time.Second, "the coordinator to replicate elsewhere", func() bool {
+		csl.mu.Lock()
+		defer csl.mu.Unlock()
+		q = csl.m.replica
+		return q != "" && q != re.id() && csl.m.replicaSynced
+	})
+	// re's retirement was lost and it took its old copy over.
+	rsl.mu.Lock()
+	rsl.m.load(saved)
+	rsl.m.role, rsl.m.coordinator, rsl.m.copyProof, rsl.m.copyAssign = pb.Role_ROLE_REPLICA, co.id(), proof, assign
+	eff := rsl.m.TakeOver(time.Now())
+	rsl.mu.Unlock()
+	re.svc.run(c, rsl, eff)
+	// Acknowledged writes re never saw.
+	for v := uint64(1); v <= 2; v++ {
+		if _, err := co.cl.ReadWrite(ctx, c, "apple", v, []byte(fmt.Sprint(v+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, 10*time.Second, "Q to hold the writes", func() bool {
+		return strings.Contains(stateOf(cl.byID(q), c), "version:3")
+	})
+	if re.svc.Role(c) != RoleCoordinator || !strings.Contains(stateOf(re, c), "version:1") {
+		t.Fatalf("re does not hold its stale copy as coordinator: %s", stateOf(re, c))
+	}
+	return q
 }
