@@ -251,13 +251,20 @@ func appendField(b []byte, f []byte) []byte {
 	return append(b, f...)
 }
 
+// regionDigest starts a digest: the signature's domain, then the world
+// and region it is about, so a signature never serves another purpose,
+// world or region.
+func regionDigest(domain, world string, c Coord) []byte {
+	b := []byte(domain)
+	b = appendField(b, []byte(world))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.X))
+	return binary.BigEndian.AppendUint32(b, uint32(c.Y))
+}
+
 // entryDigest is what a coordinator signs for each entry it publishes: the
 // region, the epoch and every field of the entry, length-prefixed.
 func entryDigest(world string, c Coord, epoch uint64, e *pb.Entry) []byte {
-	b := []byte(entrySigDomain)
-	b = appendField(b, []byte(world))
-	b = binary.BigEndian.AppendUint32(b, uint32(c.X))
-	b = binary.BigEndian.AppendUint32(b, uint32(c.Y))
+	b := regionDigest(entrySigDomain, world, c)
 	b = binary.BigEndian.AppendUint64(b, epoch)
 	b = binary.BigEndian.AppendUint64(b, e.Seq)
 	b = binary.BigEndian.AppendUint64(b, e.LeaseId)
@@ -279,10 +286,7 @@ func entryDigest(world string, c Coord, epoch uint64, e *pb.Entry) []byte {
 // every field that decides what the request does (not the routing fields
 // forwarded, origin and suspects).
 func requestDigest(world string, c Coord, r *pb.Request) []byte {
-	b := []byte(requestSigDomain)
-	b = appendField(b, []byte(world))
-	b = binary.BigEndian.AppendUint32(b, uint32(c.X))
-	b = binary.BigEndian.AppendUint32(b, uint32(c.Y))
+	b := regionDigest(requestSigDomain, world, c)
 	b = appendField(b, r.RequestId)
 	b = binary.BigEndian.AppendUint32(b, uint32(r.Op))
 	b = appendField(b, []byte(r.ObjectId))
@@ -300,10 +304,7 @@ func requestDigest(world string, c Coord, r *pb.Request) []byte {
 // replica (or hands the region to it): the region, the epoch, the lease,
 // the peer and the assignment's serial.
 func assignmentDigest(world string, c Coord, a *pb.Assignment) []byte {
-	b := []byte(assignmentSigDomain)
-	b = appendField(b, []byte(world))
-	b = binary.BigEndian.AppendUint32(b, uint32(c.X))
-	b = binary.BigEndian.AppendUint32(b, uint32(c.Y))
+	b := regionDigest(assignmentSigDomain, world, c)
 	b = binary.BigEndian.AppendUint64(b, a.Epoch)
 	b = binary.BigEndian.AppendUint64(b, a.LeaseId)
 	b = appendField(b, a.Holder)
@@ -313,10 +314,7 @@ func assignmentDigest(world string, c Coord, a *pb.Assignment) []byte {
 // sealDigest is what a coordinator signs when it seals its state: the
 // region, the epoch, the lease, the seq and the state's hash.
 func sealDigest(world string, c Coord, s *pb.Seal) []byte {
-	b := []byte(sealSigDomain)
-	b = appendField(b, []byte(world))
-	b = binary.BigEndian.AppendUint32(b, uint32(c.X))
-	b = binary.BigEndian.AppendUint32(b, uint32(c.Y))
+	b := regionDigest(sealSigDomain, world, c)
 	b = binary.BigEndian.AppendUint64(b, s.Epoch)
 	b = binary.BigEndian.AppendUint64(b, s.LeaseId)
 	b = binary.BigEndian.AppendUint64(b, s.Seq)
