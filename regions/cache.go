@@ -135,14 +135,23 @@ func (s *Service) closeTopics() {
 // it, current and not older than the newest known, under which every
 // entry was committed; and each entry carries the author's signature, so
 // members can keep it for rebuilds. A stale or lapsed grant may be an
-// honest coordinator's delayed event: ignored, not penalised.
+// honest coordinator's delayed event: ignored, not penalised. So is an
+// event from an author this peer does not place but whose current grant
+// checks out: the lease service found it entitled, and views differ while
+// the routing tables settle (an early coordinator with a thin view keeps a
+// region until it hands it off); refused all the same, but the peers that
+// forwarded it are not penalised for it.
 func (s *Service) checkEvent(c Coord, author peer.ID, ev *pb.Event) pubsub.ValidationResult {
 	if author == s.h.ID() {
 		return pubsub.ValidationAccept
 	}
-	reason := ""
+	reason, ignore := "", false
 	if !s.placed(c, author) {
 		reason = refusedNotPlaced
+		if s.cfg.Proofs != nil {
+			_, r := s.checkProof(c, ev.Grant, true, author)
+			ignore = r == ""
+		}
 	} else if cl, r := s.checkProof(c, ev.Grant, true, author); r != "" {
 		reason = r
 	} else {
@@ -158,7 +167,7 @@ func (s *Service) checkEvent(c Coord, author peer.ID, ev *pb.Event) pubsub.Valid
 		return pubsub.ValidationAccept
 	}
 	s.refuse(c, author, "event", reason)
-	if reason == refusedProofStale || reason == refusedProofExpired {
+	if ignore || reason == refusedProofStale || reason == refusedProofExpired {
 		return pubsub.ValidationIgnore
 	}
 	return pubsub.ValidationReject
