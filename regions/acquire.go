@@ -126,6 +126,7 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 		if best.p == self {
 			sl.mu.Lock()
 			promoted := sl.m.role == pb.Role_ROLE_REPLICA
+			s.feedLeaseTaking(c, sl)
 			eff := sl.m.TakeOver(time.Now())
 			sl.mu.Unlock()
 			if promoted {
@@ -205,6 +206,7 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 		// The next step of the machine asks again (an acquisition
 		// running compares copies itself, or a failed comparison is
 		// retried no more than every other maintenance period).
+		s.feedLease(c, sl)
 		eff := sl.m.Compared(lease, false, time.Now())
 		sl.mu.Unlock()
 		s.run(c, sl, eff)
@@ -247,6 +249,7 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 	}()
 	sl.mu.Lock()
 	sl.acquiring, sl.source = false, ""
+	s.feedLease(c, sl)
 	eff := sl.m.Compared(lease, ok, time.Now())
 	sl.mu.Unlock()
 	close(done)
@@ -408,6 +411,7 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 				assign = a
 			}
 			sl.mu.Lock()
+			s.feedLeaseTaking(c, sl)
 			eff := sl.m.Install(hr.Snapshot, src, true, hr.Grant, assign, time.Now())
 			sl.m.keepSeal(hr.Seal) // checked with the snapshot if it was needed
 			sl.mu.Unlock()
@@ -460,8 +464,6 @@ func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffR
 	role, coord := sl.m.role, sl.m.coordinator
 	leaseless := s.cfg.Proofs != nil && sl.m.currentProof() == nil
 	sl.mu.Unlock()
-	ch := make(chan *pb.HandoffReply, 1)
-	give := func(r *pb.HandoffReply) { ch <- r }
 	switch role {
 	case pb.Role_ROLE_COORDINATOR:
 		// A coordinator without the lease cannot commit: it hands the
@@ -487,11 +489,30 @@ func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffR
 		sl.mu.Unlock()
 		return &pb.HandoffReply{Error: "role changed; ask again"}
 	}
-	eff := sl.m.Handoff(from, give, time.Now())
+	if sl.handoffs[from] != nil {
+		// The same peer asks again while its first hand-off runs: that
+		// one keeps the reply (as the machine would say).
+		sl.mu.Unlock()
+		return &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(from)}
+	}
+	if sl.handoffs == nil {
+		sl.handoffs = map[peer.ID]chan *pb.HandoffReply{}
+	}
+	ch := make(chan *pb.HandoffReply, 1)
+	sl.handoffs[from] = ch
+	s.feedLease(c, sl)
+	eff := sl.m.Handoff(from, time.Now())
 	sl.mu.Unlock()
 	s.run(c, sl, eff)
 	timer := time.NewTimer(s.cfg.RequestTimeout)
 	defer timer.Stop()
+	unwait := func() {
+		sl.mu.Lock()
+		if sl.handoffs[from] == ch {
+			delete(sl.handoffs, from)
+		}
+		sl.mu.Unlock()
+	}
 	select {
 	case r := <-ch:
 		if r.Ok && s.cfg.Proofs != nil {
@@ -504,8 +525,10 @@ func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffR
 		}
 		return r
 	case <-timer.C:
+		unwait()
 		return &pb.HandoffReply{Error: "hand-off still waiting for the replica"}
 	case <-s.ctx.Done():
+		unwait()
 		return &pb.HandoffReply{Error: "shutting down"}
 	}
 }
@@ -611,6 +634,7 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 		sl.mu.Unlock()
 		return // someone handed us the state meanwhile
 	}
+	s.feedLeaseTaking(c, sl)
 	eff := sl.m.Install(snap, "", false, grant, nil, time.Now())
 	sl.mu.Unlock()
 	if maxEpoch == 0 && len(merged) == 0 {

@@ -154,6 +154,7 @@ func TestAdversarialReplayedAssignment(t *testing.T) {
 	sl := co.svc.existingSlot(c)
 	for _, next := range []peer.ID{h.id(), re.id()} {
 		sl.mu.Lock()
+		co.svc.feedLease(c, sl)
 		eff := sl.m.SetReplica(next, time.Now())
 		sl.mu.Unlock()
 		co.svc.run(c, sl, eff)

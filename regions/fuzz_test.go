@@ -103,8 +103,8 @@ func FuzzMachineStep(f *testing.F) {
 		before := co.seq
 		switch b := m.Body.(type) {
 		case *pb.Message_Request:
-			co.Submit(&pending{from: alice, req: b.Request, reply: func(*pb.Reply) {}}, now)
-			re.Submit(&pending{from: alice, req: b.Request, reply: func(*pb.Reply) {}}, now)
+			co.Submit(&pending{from: alice, req: b.Request}, now)
+			re.Submit(&pending{from: alice, req: b.Request}, now)
 		case *pb.Message_Replicate:
 			re.Replicate(peerA, b.Replicate, false)
 			co.Replicate(peerC, b.Replicate, false)

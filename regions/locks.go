@@ -141,24 +141,34 @@ func (w *lockWaits) prune(nowMs int64) {
 	}
 }
 
-// abandon marks p, if it waits, as no longer listened for from nowMs.
-func (w *lockWaits) abandon(p *pending, nowMs int64) {
-	for _, q := range w.byObject[p.req.ObjectId] {
-		if q == p && (q.deadlineMs == 0 || q.deadlineMs > nowMs) {
-			q.deadlineMs = nowMs
-		}
+// abandon marks p as no longer listened for from nowMs.
+func (p *pending) abandon(nowMs int64) {
+	if p.deadlineMs == 0 || p.deadlineMs > nowMs {
+		p.deadlineMs = nowMs
 	}
 }
 
-// Abandon reports that p's requester went away (its stream closed, or the
-// transport stopped waiting for the answer) at now: p is not carried out
-// if it still waits for a lock or in the queue.
-func (m *machine) Abandon(p *pending, now time.Time) {
+// is reports whether p is player from's request id.
+func (p *pending) is(from peer.ID, id []byte) bool {
+	return !p.expiry && p.from == from && bytes.Equal(p.req.RequestId, id)
+}
+
+// Abandon reports that player from's requester of request id went away
+// (its stream closed, or the transport stopped waiting for the answer) at
+// now: the request is not carried out if it still waits for a lock or in
+// the queue (every copy of it: a retry queued while the first waited).
+func (m *machine) Abandon(from peer.ID, id []byte, now time.Time) {
 	nowMs := now.UnixMilli()
-	m.locks.abandon(p, nowMs)
+	for _, ps := range m.locks.byObject {
+		for _, q := range ps {
+			if q.is(from, id) {
+				q.abandon(nowMs)
+			}
+		}
+	}
 	for _, q := range m.queue {
-		if q == p && (q.deadlineMs == 0 || q.deadlineMs > nowMs) {
-			q.deadlineMs = nowMs
+		if q.is(from, id) {
+			q.abandon(nowMs)
 		}
 	}
 }
@@ -186,7 +196,7 @@ func (w *lockWaits) drain(r *pb.Reply) []answer {
 	var out []answer
 	for _, id := range ids {
 		for _, p := range w.take(id) {
-			out = append(out, answer{p.reply, proto.Clone(r).(*pb.Reply)})
+			out = append(out, answerTo(p, proto.Clone(r).(*pb.Reply)))
 		}
 	}
 	return out
@@ -289,7 +299,7 @@ func (m *machine) ExpireLocks(now time.Time) effects {
 	for _, id := range due {
 		at := m.objects[id].LockExpiresMs
 		m.queue = append(m.queue, &pending{
-			from: m.self, expiry: true, reply: func(*pb.Reply) {},
+			from: m.self, expiry: true,
 			req: &pb.Request{RequestId: expiryID(id, at, m.seq), Op: pb.Op_OP_RELEASE, ObjectId: id},
 		})
 	}
@@ -310,6 +320,7 @@ func (s *Service) expireLocks() {
 	for _, c := range s.heldRegions() {
 		sl := s.slot(c)
 		sl.mu.Lock()
+		s.feedLease(c, sl)
 		eff := sl.m.ExpireLocks(time.Now())
 		sl.mu.Unlock()
 		s.run(c, sl, eff)

@@ -21,6 +21,7 @@ import (
 // answered twice; at the end, once every lock has run out, every request
 // has been answered exactly once.
 func TestLockMachineRandom(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	players := make([]peer.ID, 6)
@@ -34,22 +35,20 @@ func TestLockMachineRandom(t *testing.T) {
 	now := t0
 	step := func(eff effects) {
 		all := deliver(t, co, re, eff)
-		for _, a := range all.answers {
-			a.reply(a.r)
-		}
+		w.answer(all)
 	}
 	submit := func(from peer.ID, req *pb.Request) {
 		n := submitted
 		submitted++
 		req.RequestId = reqID(0)
 		copy(req.RequestId, fmt.Sprintf("%016d", n))
-		step(co.Submit(&pending{from: from, req: req, reply: func(r *pb.Reply) {
+		step(w.submit(co, &pending{from: from, req: req}, func(r *pb.Reply) {
 			answered[n]++
 			statuses[r.Status]++
 			if answered[n] > 1 {
 				t.Fatalf("request %d (%v) answered twice", n, req.Op)
 			}
-		}}, now))
+		}, now))
 	}
 	check := func(i int) {
 		t.Helper()
@@ -147,14 +146,13 @@ func (m *machine) hasLocks() bool {
 // retry takes the waiting request's place instead of a second slot, and
 // only the retry is answered when the object is released.
 func TestLockWaitRetriedTakesOneSlot(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
 	holder, waiter := testPeer(30), testPeer(31)
 	var got []pb.Status
 	run := func(from peer.ID, req *pb.Request, answered func(*pb.Reply)) {
-		all := deliver(t, co, re, co.Submit(&pending{from: from, req: req, reply: answered}, t0))
-		for _, a := range all.answers {
-			a.reply(a.r)
-		}
+		all := deliver(t, co, re, w.submit(co, &pending{from: from, req: req}, answered, t0))
+		w.answer(all)
 	}
 	run(holder, &pb.Request{RequestId: reqID(1), Op: pb.Op_OP_LOCK, ObjectId: "x", LockTtlMs: 1000}, func(*pb.Reply) {})
 	first, second := 0, 0
@@ -183,16 +181,14 @@ func TestLockWaitRetriedTakesOneSlot(t *testing.T) {
 // hold; at that point they are answered BUSY, and the lock's expiry gives
 // the object to the waiter. With nobody waiting a lock renews freely.
 func TestLockHoldBounded(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
 	co.maxHoldMs = 1000
 	holder, waiter := testPeer(30), testPeer(31)
 	status := func(from peer.ID, id byte, op pb.Op, at time.Time) pb.Status {
 		var st pb.Status
-		all := deliverAt(t, co, re, co.Submit(&pending{from: from, req: &pb.Request{RequestId: reqID(id), Op: op, ObjectId: "x", LockTtlMs: 500},
-			reply: func(r *pb.Reply) { st = r.Status }}, at), at)
-		for _, a := range all.answers {
-			a.reply(a.r)
-		}
+		all := deliverAt(t, co, re, w.submit(co, &pending{from: from, req: &pb.Request{RequestId: reqID(id), Op: op, ObjectId: "x", LockTtlMs: 500}}, func(r *pb.Reply) { st = r.Status }, at), at)
+		w.answer(all)
 		return st
 	}
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
@@ -215,9 +211,7 @@ func TestLockHoldBounded(t *testing.T) {
 		t.Fatalf("lock expires at %d, want the last renewal's %d", exp, ms(2100).UnixMilli())
 	}
 	all := deliverAt(t, co, re, co.ExpireLocks(ms(2100)), ms(2100))
-	for _, a := range all.answers {
-		a.reply(a.r)
-	}
+	w.answer(all)
 	if h := co.objects["x"].LockHolder; string(h) != string(waiter) || co.objects["x"].LockSinceMs != ms(2100).UnixMilli() {
 		t.Fatalf("after the expiry the lock is %q's since %d", h, co.objects["x"].LockSinceMs)
 	}
@@ -251,17 +245,15 @@ func deliverAt(t *testing.T, co, re *machine, eff effects, at time.Time) effects
 // goes away (Abandon) before the object is released. When it is, neither
 // gets the lock: the third does, and the gone ones' slots are free again.
 func TestAbandonedLockWaitsDropped(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
 	holder, late, left, patient := testPeer(30), testPeer(31), testPeer(32), testPeer(33)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	got := map[peer.ID]pb.Status{}
 	submit := func(p *pending, at time.Time) {
 		from := p.from
-		p.reply = func(r *pb.Reply) { got[from] = r.Status }
-		all := deliverAt(t, co, re, co.Submit(p, at), at)
-		for _, a := range all.answers {
-			a.reply(a.r)
-		}
+		all := deliverAt(t, co, re, w.submit(co, p, func(r *pb.Reply) { got[from] = r.Status }, at), at)
+		w.answer(all)
 	}
 	lock := func(id byte) *pb.Request {
 		return &pb.Request{RequestId: reqID(id), Op: pb.Op_OP_LOCK, ObjectId: "x", LockTtlMs: 5000}
@@ -274,7 +266,7 @@ func TestAbandonedLockWaitsDropped(t *testing.T) {
 	if n := co.locks.waiting("x", ms(40).UnixMilli()); n != 3 {
 		t.Fatalf("%d requests wait, want 3", n)
 	}
-	co.Abandon(gone, ms(100))
+	co.Abandon(gone.from, gone.req.RequestId, ms(100))
 	if n := co.locks.waiting("x", ms(400).UnixMilli()); n != 1 {
 		t.Fatalf("%d requests wait after one left and one's deadline passed, want 1", n)
 	}
@@ -286,7 +278,7 @@ func TestAbandonedLockWaitsDropped(t *testing.T) {
 		t.Fatalf("answers: waiting %v, past its deadline %v, gone %v", got[patient], got[late], got[left])
 	}
 	// A retry of a gone wait (same request ID) takes its place again.
-	co.Abandon(gone, ms(600))
+	co.Abandon(gone.from, gone.req.RequestId, ms(600))
 	submit(&pending{from: left, req: lock(3), deadlineMs: ms(9000).UnixMilli()}, ms(600))
 	if n := co.locks.waiting("x", ms(600).UnixMilli()); n != 1 || co.locks.total != 1 {
 		t.Fatalf("after a retry: %d live waits of %d, want 1 of 1", n, co.locks.total)

@@ -15,9 +15,16 @@ import (
 
 // machine is one region's replication and ordering logic at one peer: a
 // deterministic state machine with no network, clock or goroutine of its
-// own. The Service feeds it requests, replica acknowledgements and the
-// current time, and carries out the effects it returns (answers to send,
-// a message to the replica, an event to publish, old replicas to retire).
+// own. The Service feeds it requests, replica acknowledgements, the
+// current time and whether this peer holds the region's commit lease now
+// (SetLease, before each step), and carries out the effects it returns.
+// Effects are data, not callbacks (answers to send, a message to the
+// replica, an event to publish, old replicas to retire): an answer names
+// the request it answers (player and request ID) and a hand-off reply the
+// peer it is for, and the Service hands them to whoever waits for them.
+// So a test scripts a machine, lease changes included, without a transport
+// or a gate. (The signed grant of the lease, LeaseProofs.Proof, is still
+// asked for directly; CheckProof is a pure signature check.)
 //
 // As coordinator it keeps the region's FIFO queue and evaluates requests
 // in order against the objects, a batch at a time. A batch's changes are
@@ -30,9 +37,13 @@ type machine struct {
 	self   peer.ID
 	region Coord
 	mapper func(Coord) []byte
-	gate   CommitGate
 	proofs LeaseProofs // nil without a lease service that signs
 	log    *slog.Logger
+
+	// leaseID and leaseOK are the commit gate's answer for the region as
+	// the Service last gave it (SetLease): an input, like the time.
+	leaseID uint64
+	leaseOK bool
 
 	role        pb.Role
 	epoch       uint64
@@ -76,9 +87,10 @@ type machine struct {
 	inflightEnts  []*pb.Entry
 	inflightLease uint64
 	queue         []*pending
-	handoffTo     peer.ID
-	handoffReply  func(*pb.HandoffReply)
-	locks         lockWaits // requests waiting for locked objects (locks.go)
+	// handoffTo: a hand-off to this peer runs; its reply is owed to it
+	// (effects.handoffReply) when it completes or fails.
+	handoffTo peer.ID
+	locks     lockWaits // requests waiting for locked objects (locks.go)
 	// maxHoldMs bounds how long a lock others wait for is kept by
 	// renewals (Config.MaxLockHold; 0: MaxLockTTL).
 	maxHoldMs int64
@@ -95,12 +107,12 @@ type machine struct {
 	comparing     bool // a comparison was asked for and has not ended
 }
 
-// pending is a queued request and where its answer goes.
+// pending is a queued request. Its answer goes to the requester the
+// player and request ID name (answer): the Service keeps who waits for it.
 type pending struct {
 	from   peer.ID // the player: lock holder and lock checks
 	req    *pb.Request
-	reply  func(*pb.Reply)
-	expiry bool // a lock's expiry, queued by ExpireLocks
+	expiry bool // a lock's expiry, queued by ExpireLocks: nobody waits for its answer
 	// deadlineMs is when its requester stops listening for the answer
 	// (Unix ms; 0: never), set by the transport from its own timeout and
 	// moved earlier by Abandon when the requester goes away. A request
@@ -112,10 +124,15 @@ type pending struct {
 // gone reports whether p's requester stopped listening by nowMs.
 func (p *pending) gone(nowMs int64) bool { return p.deadlineMs != 0 && nowMs >= p.deadlineMs }
 
+// answer is the reply r to the request id of player from.
 type answer struct {
-	reply func(*pb.Reply)
-	r     *pb.Reply
+	id   []byte
+	from peer.ID
+	r    *pb.Reply
 }
+
+// answerTo is p's answer r.
+func answerTo(p *pending, r *pb.Reply) answer { return answer{id: p.req.RequestId, from: p.from, r: r} }
 
 type outbound struct {
 	to  peer.ID
@@ -134,11 +151,12 @@ type retirement struct {
 // effects is what a machine step asks the transport to do, in order:
 // send answers, then the replica message, then publish, then retire.
 type effects struct {
-	answers      []answer
-	send         *outbound
-	publish      *pb.Event
-	retire       []retirement
-	handoff      func(*pb.HandoffReply)
+	answers []answer
+	send    *outbound
+	publish *pb.Event
+	retire  []retirement
+	// handoffReply answers the hand-off asked for by handoffFor.
+	handoffFor   peer.ID
 	handoffReply *pb.HandoffReply
 	// needReplica: the machine is coordinator and has no replica; the
 	// transport should call SetReplica with the best live candidate.
@@ -167,8 +185,8 @@ func (e *effects) merge(o effects) {
 		}
 	}
 	e.retire = append(e.retire, o.retire...)
-	if o.handoff != nil {
-		e.handoff, e.handoffReply = o.handoff, o.handoffReply
+	if o.handoffReply != nil {
+		e.handoffFor, e.handoffReply = o.handoffFor, o.handoffReply
 	}
 	e.needReplica = e.needReplica || o.needReplica
 	if o.exclude != "" {
@@ -188,9 +206,9 @@ const maxStrikes = 3
 // maxBatch bounds the requests evaluated into one replica round trip.
 const maxBatch = 64
 
-func newMachine(self peer.ID, region Coord, gate CommitGate, proofs LeaseProofs, mapper func(Coord) []byte, log *slog.Logger) *machine {
+func newMachine(self peer.ID, region Coord, proofs LeaseProofs, mapper func(Coord) []byte, log *slog.Logger) *machine {
 	return &machine{
-		self: self, region: region, gate: gate, proofs: proofs, mapper: mapper, log: log,
+		self: self, region: region, proofs: proofs, mapper: mapper, log: log,
 		objects: map[string]*pb.Object{},
 		done:    newDoneLog(maxDone),
 	}
@@ -326,6 +344,11 @@ func (m *machine) leaseOf(grant []byte) uint64 {
 	return id
 }
 
+// SetLease gives the machine the commit gate's current answer for its
+// region (CommitGate.Allowed): the lease this peer holds now, and whether
+// it may commit under it. The Service calls it before each step.
+func (m *machine) SetLease(id uint64, ok bool) { m.leaseID, m.leaseOK = id, ok }
+
 // uncompared reports whether this coordinator holds a lease its copy has
 // not been compared under (see verifiedLease); the first time it does, it
 // asks the transport to compare (eff.compare).
@@ -333,7 +356,7 @@ func (m *machine) uncompared(eff *effects) bool {
 	if m.proofs == nil || m.role != pb.Role_ROLE_COORDINATOR {
 		return false
 	}
-	id, ok := m.gate.Allowed(m.region)
+	id, ok := m.leaseID, m.leaseOK
 	if !ok || id == m.verifiedLease {
 		return false
 	}
@@ -372,14 +395,14 @@ func (m *machine) Submit(p *pending, now time.Time) effects {
 	switch m.role {
 	case pb.Role_ROLE_COORDINATOR:
 		if m.handoffTo != "" {
-			return effects{answers: []answer{{p.reply, redirectReply(m.handoffTo)}}}
+			return effects{answers: []answer{answerTo(p, redirectReply(m.handoffTo))}}
 		}
 		m.queue = append(m.queue, p)
 		return m.pump(now)
 	case pb.Role_ROLE_REPLICA:
-		return effects{answers: []answer{{p.reply, redirectReply(m.coordinator)}}}
+		return effects{answers: []answer{answerTo(p, redirectReply(m.coordinator))}}
 	default:
-		return effects{answers: []answer{{p.reply, redirectReply("")}}}
+		return effects{answers: []answer{answerTo(p, redirectReply(""))}}
 	}
 }
 
@@ -449,7 +472,7 @@ func (m *machine) formBatch(now time.Time) {
 	batch := m.queue[:n]
 	m.queue = append([]*pending(nil), m.queue[n:]...)
 	nowMs := now.UnixMilli()
-	leaseID, allowed := m.gate.Allowed(m.region)
+	leaseID, allowed := m.leaseID, m.leaseOK
 	if allowed && m.proofs != nil && leaseID != m.verifiedLease {
 		allowed = false // the lease changed since pump checked: retried later
 	}
@@ -457,15 +480,18 @@ func (m *machine) formBatch(now time.Time) {
 	for _, p := range batch {
 		if p.gone(nowMs) {
 			// Nobody listens for the answer: a lock or write woken from
-			// its wait, or queued behind a long batch, is dropped.
-			m.inflight = append(m.inflight, answer{p.reply, &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "request abandoned"}})
+			// its wait, or queued behind a long batch, is dropped, and
+			// not answered (the requester's own timeout did; an answer
+			// would go to a retry of it waiting meanwhile).
 			continue
 		}
 		r, e := m.evaluate(p, now, leaseID, allowed)
 		if r == nil {
 			continue // waits for a lock (locks.go)
 		}
-		m.inflight = append(m.inflight, answer{p.reply, r})
+		if !p.expiry {
+			m.inflight = append(m.inflight, answerTo(p, r))
+		}
 		if e != nil {
 			m.inflightEnts = append(m.inflightEnts, e)
 		}
@@ -606,7 +632,7 @@ func (m *machine) commit() (eff effects) {
 	eff.answers = m.inflight
 	if len(m.inflightEnts) > 0 {
 		grant := m.currentProof()
-		if id, ok := m.gate.Allowed(m.region); !ok || id != m.inflightLease || (m.proofs != nil && grant == nil) {
+		if id, ok := m.leaseID, m.leaseOK; !ok || id != m.inflightLease || (m.proofs != nil && grant == nil) {
 			m.log.Warn("lease ended before the replica acknowledged the batch; not confirming it",
 				"region", m.region, "lease", m.inflightLease, "entries", len(m.inflightEnts))
 			for i := range eff.answers {
@@ -724,16 +750,19 @@ func (m *machine) Kick(now time.Time) effects { return m.pump(now) }
 // is answered with a redirect, and the state is dropped.
 func (m *machine) stepDown(to peer.ID) (eff effects) {
 	for _, a := range m.inflight {
-		eff.answers = append(eff.answers, answer{a.reply, redirectReply(to)})
+		a.r = redirectReply(to)
+		eff.answers = append(eff.answers, a)
 	}
 	for _, p := range m.queue {
-		eff.answers = append(eff.answers, answer{p.reply, redirectReply(to)})
+		if !p.expiry {
+			eff.answers = append(eff.answers, answerTo(p, redirectReply(to)))
+		}
 	}
 	eff.answers = append(eff.answers, m.locks.drain(redirectReply(to))...)
-	if m.handoffReply != nil {
-		eff.handoff, eff.handoffReply = m.handoffReply, &pb.HandoffReply{Redirect: []byte(to), Error: "deposed"}
+	if m.handoffTo != "" {
+		eff.handoffFor, eff.handoffReply = m.handoffTo, &pb.HandoffReply{Redirect: []byte(to), Error: "deposed"}
 	}
-	m.queue, m.handoffTo, m.handoffReply = nil, "", nil
+	m.queue, m.handoffTo = nil, ""
 	m.clear()
 	return eff
 }
@@ -847,35 +876,36 @@ func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []
 	return eff
 }
 
-// Handoff asks this coordinator to pass the region to a closer peer. It
-// happens between batches: the snapshot holds everything acknowledged.
-func (m *machine) Handoff(to peer.ID, reply func(*pb.HandoffReply), now time.Time) effects {
+// Handoff asks this coordinator to pass the region to a closer peer, to.
+// It happens between batches: the snapshot holds everything acknowledged.
+// The reply (effects.handoffReply) is for to.
+func (m *machine) Handoff(to peer.ID, now time.Time) effects {
 	switch {
 	case m.role == pb.Role_ROLE_REPLICA:
 		if m.epoch >= maxEpoch {
-			return effects{handoff: reply, handoffReply: &pb.HandoffReply{Error: "epoch at its bound"}}
+			return effects{handoffFor: to, handoffReply: &pb.HandoffReply{Error: "epoch at its bound"}}
 		}
 		// The coordinator is gone (the transport checked): pass our copy on.
 		m.epoch++
 		snap := m.snapshot()
 		m.coordinator = to
-		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: m.copyProof, Assignment: m.copyAssign, Seal: m.copySeal}}
+		return effects{handoffFor: to, handoffReply: &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: m.copyProof, Assignment: m.copyAssign, Seal: m.copySeal}}
 	case m.role != pb.Role_ROLE_COORDINATOR:
-		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Error: "no state for region"}}
+		return effects{handoffFor: to, handoffReply: &pb.HandoffReply{Error: "no state for region"}}
 	case m.handoffTo != "":
-		return effects{handoff: reply, handoffReply: &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(m.handoffTo)}}
+		return effects{handoffFor: to, handoffReply: &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(m.handoffTo)}}
 	}
-	m.handoffTo, m.handoffReply = to, reply
+	m.handoffTo = to
 	return m.pump(now)
 }
 
 // giveAway completes a hand-off: the new coordinator gets the state in a
 // new epoch, this peer becomes its replica, the old replica retires.
 func (m *machine) giveAway() (eff effects) {
-	to, reply := m.handoffTo, m.handoffReply
-	m.handoffTo, m.handoffReply = "", nil
+	to := m.handoffTo
+	m.handoffTo = ""
 	if m.epoch >= maxEpoch {
-		eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Error: "epoch at its bound"}
+		eff.handoffFor, eff.handoffReply = to, &pb.HandoffReply{Error: "epoch at its bound"}
 		return eff
 	}
 	grant := m.proofOfCopy()
@@ -885,7 +915,9 @@ func (m *machine) giveAway() (eff effects) {
 		eff.retire = append(eff.retire, retirement{to: m.replica, epoch: m.epoch})
 	}
 	for _, p := range m.queue {
-		eff.answers = append(eff.answers, answer{p.reply, redirectReply(to)})
+		if !p.expiry {
+			eff.answers = append(eff.answers, answerTo(p, redirectReply(to)))
+		}
 	}
 	eff.answers = append(eff.answers, m.locks.drain(redirectReply(to))...)
 	m.queue = nil
@@ -900,7 +932,7 @@ func (m *machine) giveAway() (eff effects) {
 	m.log.Info("handed region over", "region", m.region, "to", to, "epoch", m.epoch, "objects", len(m.objects))
 	// The transport replaces the assignment with its own to the new
 	// coordinator when grant is this peer's.
-	eff.handoff, eff.handoffReply = reply, &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: grant, Assignment: m.copyAssign, Seal: m.copySeal}
+	eff.handoffFor, eff.handoffReply = to, &pb.HandoffReply{Ok: true, Snapshot: snap, Grant: grant, Assignment: m.copyAssign, Seal: m.copySeal}
 	return eff
 }
 

@@ -38,7 +38,31 @@ func testPeer(n byte) peer.ID {
 }
 
 func newTestMachine(self peer.ID) *machine {
-	return newMachine(self, Coord{1, 2}, AllowAll, nil, nil, slog.New(slog.DiscardHandler))
+	m := newMachine(self, Coord{1, 2}, nil, nil, slog.New(slog.DiscardHandler))
+	m.SetLease(AllowAll.Allowed(m.region))
+	return m
+}
+
+// waiters stands in for the Service's table of waiting callers (slot.wait)
+// in machine tests: what the answer to each request (player, request ID)
+// does. A request submitted again replaces the earlier waiter; unlike in
+// the Service, the earlier one is not told, and a waiter stays after its
+// answer, so that a second answer to one request shows.
+type waiters map[waitKey]func(*pb.Reply)
+
+// submit submits p to m; f gets its answer (w.answer).
+func (w waiters) submit(m *machine, p *pending, f func(*pb.Reply), now time.Time) effects {
+	w[waitKey{p.from, string(p.req.RequestId)}] = f
+	return m.Submit(p, now)
+}
+
+// answer hands eff's answers to their waiters.
+func (w waiters) answer(eff effects) {
+	for _, a := range eff.answers {
+		if f := w[waitKey{a.from, string(a.id)}]; f != nil {
+			f(a.r)
+		}
+	}
 }
 
 // replies collects the answers a machine gives.
@@ -90,12 +114,11 @@ func deliver(t *testing.T, co, re *machine, eff effects) effects {
 }
 
 func TestAcknowledgedOnlyAfterReplicaHoldsIt(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
 	var r replies
-	eff := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "10"), reply: r.to("first")}, t0)
-	for _, a := range eff.answers {
-		a.reply(a.r)
-	}
+	eff := w.submit(co, &pending{from: alice, req: rw(1, "food", 0, "10")}, r.to("first"), t0)
+	w.answer(eff)
 	if r.got["first"] != nil {
 		t.Fatal("answered before the replica acknowledged")
 	}
@@ -103,9 +126,7 @@ func TestAcknowledgedOnlyAfterReplicaHoldsIt(t *testing.T) {
 		t.Fatalf("want one entry sent to the replica, got %+v", eff.send)
 	}
 	all := deliver(t, co, re, eff)
-	for _, a := range all.answers {
-		a.reply(a.r)
-	}
+	w.answer(all)
 	got := r.got["first"]
 	if got == nil || got.Status != pb.Status_STATUS_OK || got.Object.Version != 1 {
 		t.Fatalf("reply %v", got)
@@ -119,16 +140,15 @@ func TestAcknowledgedOnlyAfterReplicaHoldsIt(t *testing.T) {
 }
 
 func TestConflictCarriesCurrentValue(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
 	var r replies
-	deliver(t, co, re, co.Submit(&pending{from: alice, req: rw(1, "food", 0, "10"), reply: r.to("a")}, t0))
-	eff := co.Submit(&pending{from: bob, req: rw(2, "food", 0, "99"), reply: r.to("b")}, t0)
+	deliver(t, co, re, w.submit(co, &pending{from: alice, req: rw(1, "food", 0, "10")}, r.to("a"), t0))
+	eff := w.submit(co, &pending{from: bob, req: rw(2, "food", 0, "99")}, r.to("b"), t0)
 	if eff.send != nil {
 		t.Fatal("a rejection was sent to the replica")
 	}
-	for _, a := range eff.answers {
-		a.reply(a.r)
-	}
+	w.answer(eff)
 	got := r.got["b"]
 	if got.Status != pb.Status_STATUS_CONFLICT || got.Object.Version != 1 || string(got.Object.Value) != "10" {
 		t.Fatalf("conflict reply %v", got)
@@ -136,13 +156,12 @@ func TestConflictCarriesCurrentValue(t *testing.T) {
 }
 
 func TestRetryIsAppliedOnce(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
 	var r replies
-	deliver(t, co, re, co.Submit(&pending{from: alice, req: rw(7, "food", 0, "1"), reply: r.to("a")}, t0))
-	all := deliver(t, co, re, co.Submit(&pending{from: alice, req: rw(7, "food", 0, "1"), reply: r.to("retry")}, t0))
-	for _, a := range all.answers {
-		a.reply(a.r)
-	}
+	deliver(t, co, re, w.submit(co, &pending{from: alice, req: rw(7, "food", 0, "1")}, r.to("a"), t0))
+	all := deliver(t, co, re, w.submit(co, &pending{from: alice, req: rw(7, "food", 0, "1")}, r.to("retry"), t0))
+	w.answer(all)
 	if got := r.got["retry"]; got.Status != pb.Status_STATUS_OK || got.Object.Version != 1 {
 		t.Fatalf("retry answered %v, want the first answer", got)
 	}
@@ -154,10 +173,8 @@ func TestRetryIsAppliedOnce(t *testing.T) {
 	re.TakeOver(t0)
 	r2 := replies{}
 	eff := re.SetReplica("", t0)
-	eff.merge(re.Submit(&pending{from: alice, req: rw(7, "food", 0, "1"), reply: r2.to("again")}, t0))
-	for _, a := range eff.answers {
-		a.reply(a.r)
-	}
+	eff.merge(w.submit(re, &pending{from: alice, req: rw(7, "food", 0, "1")}, r2.to("again"), t0))
+	w.answer(eff)
 	if got := r2.got["again"]; got == nil || got.Status != pb.Status_STATUS_OK || got.Object.Version != 1 {
 		t.Fatalf("retry after take-over answered %v", got)
 	}
@@ -169,13 +186,12 @@ func TestRetryIsAppliedOnce(t *testing.T) {
 // instead of being refused and goes through when the lock is released or
 // runs out (an expiry is a commit too), and only the holder releases.
 func TestLocks(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
 	var r replies
 	submit := func(from peer.ID, req *pb.Request, name string, now time.Time) {
-		all := deliver(t, co, re, co.Submit(&pending{from: from, req: req, reply: r.to(name)}, now))
-		for _, a := range all.answers {
-			a.reply(a.r)
-		}
+		all := deliver(t, co, re, w.submit(co, &pending{from: from, req: req}, r.to(name), now))
+		w.answer(all)
 	}
 	run := func(from peer.ID, req *pb.Request, name string, now time.Time) *pb.Reply {
 		submit(from, req, name, now)
@@ -219,13 +235,9 @@ func TestLocks(t *testing.T) {
 		t.Fatal("bob's lock was answered while alice held it")
 	}
 	all := deliver(t, co, re, co.ExpireLocks(t0.Add(2*time.Second)))
-	for _, a := range all.answers {
-		a.reply(a.r)
-	}
+	w.answer(all)
 	all = deliver(t, co, re, co.pump(t0.Add(2*time.Second)))
-	for _, a := range all.answers {
-		a.reply(a.r)
-	}
+	w.answer(all)
 	if got := r.got["bobLock"]; got == nil || got.Status != pb.Status_STATUS_OK || string(got.Object.LockHolder) != string(bob) {
 		t.Fatalf("bob's lock after alice's ran out: %v", got)
 	}
@@ -240,20 +252,19 @@ func TestLocks(t *testing.T) {
 }
 
 func TestDeposedCoordinatorStopsCommitting(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
 	// The replica took over (it thought co dead) and is now in epoch 2.
 	re.TakeOver(t0)
 	re.SetReplica(peerC, t0)
 	var r replies
-	eff := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "1"), reply: r.to("a")}, t0)
+	eff := w.submit(co, &pending{from: alice, req: rw(1, "food", 0, "1")}, r.to("a"), t0)
 	ack, _ := re.Replicate(co.self, eff.send.msg, false)
 	if ack.Ok || !ack.Stale || ack.Epoch != 2 {
 		t.Fatalf("replica accepted an old epoch: %v", ack)
 	}
 	eff = co.ReplicaAck(re.self, ack, true, t0)
-	for _, a := range eff.answers {
-		a.reply(a.r)
-	}
+	w.answer(eff)
 	if got := r.got["a"]; got.Status != pb.Status_STATUS_REDIRECT || peer.ID(got.Redirect) != peerB {
 		t.Fatalf("deposed coordinator answered %v", got)
 	}
@@ -263,26 +274,24 @@ func TestDeposedCoordinatorStopsCommitting(t *testing.T) {
 }
 
 func TestHandoffWaitsForTheBatchAndRetiresTheOldReplica(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
 	var r replies
-	first := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "1"), reply: r.to("a")}, t0)
-	var hr *pb.HandoffReply
-	eff := co.Handoff(peerC, func(x *pb.HandoffReply) { hr = x }, t0)
-	if eff.handoff != nil {
+	first := w.submit(co, &pending{from: alice, req: rw(1, "food", 0, "1")}, r.to("a"), t0)
+	eff := co.Handoff(peerC, t0)
+	if eff.handoffReply != nil {
 		t.Fatal("hand-off did not wait for the in-flight batch")
 	}
 	// Requests arriving meanwhile go to the new coordinator.
-	later := co.Submit(&pending{from: bob, req: rw(2, "food", 1, "2"), reply: r.to("b")}, t0)
+	later := w.submit(co, &pending{from: bob, req: rw(2, "food", 1, "2")}, r.to("b"), t0)
 	if later.send != nil || len(later.answers) != 1 {
 		t.Fatal("a request arriving during the hand-off was not redirected")
 	}
-	later.answers[0].reply(later.answers[0].r)
+	w.answer(later)
 	all := deliver(t, co, re, first)
-	for _, a := range all.answers {
-		a.reply(a.r)
-	}
-	all.handoff(all.handoffReply)
-	if hr == nil || !hr.Ok || hr.Snapshot.Epoch != 2 || len(hr.Snapshot.Objects) != 1 {
+	w.answer(all)
+	hr := all.handoffReply
+	if all.handoffFor != peerC || hr == nil || !hr.Ok || hr.Snapshot.Epoch != 2 || len(hr.Snapshot.Objects) != 1 {
 		t.Fatalf("hand-off reply %v", hr)
 	}
 	if r.got["a"].Status != pb.Status_STATUS_OK || r.got["b"].Status != pb.Status_STATUS_REDIRECT || peer.ID(r.got["b"].Redirect) != peerC {
@@ -297,11 +306,9 @@ func TestHandoffWaitsForTheBatchAndRetiresTheOldReplica(t *testing.T) {
 	// The new coordinator continues with the old one as replica.
 	nc := newTestMachine(peerC)
 	nc.Install(hr.Snapshot, peerA, true, hr.Grant, nil, t0)
-	eff = nc.Submit(&pending{from: bob, req: rw(3, "food", 1, "2"), reply: r.to("c")}, t0)
+	eff = w.submit(nc, &pending{from: bob, req: rw(3, "food", 1, "2")}, r.to("c"), t0)
 	all = deliver(t, nc, co, eff)
-	for _, a := range all.answers {
-		a.reply(a.r)
-	}
+	w.answer(all)
 	if r.got["c"].Status != pb.Status_STATUS_OK || co.objects["food"].Version != 2 {
 		t.Fatalf("after hand-off: %v", r.got["c"])
 	}
@@ -312,9 +319,10 @@ func TestHandoffWaitsForTheBatchAndRetiresTheOldReplica(t *testing.T) {
 }
 
 func TestReplicaFailureResyncsTheNextOne(t *testing.T) {
+	w := waiters{}
 	co, _ := pair(t)
 	var r replies
-	eff := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "1"), reply: r.to("a")}, t0)
+	eff := w.submit(co, &pending{from: alice, req: rw(1, "food", 0, "1")}, r.to("a"), t0)
 	if eff.send == nil {
 		t.Fatal("nothing sent")
 	}
@@ -329,9 +337,7 @@ func TestReplicaFailureResyncsTheNextOne(t *testing.T) {
 		t.Fatal("answered before the new replica held the update")
 	}
 	all := deliver(t, co, next, eff)
-	for _, a := range all.answers {
-		a.reply(a.r)
-	}
+	w.answer(all)
 	if r.got["a"] == nil || r.got["a"].Status != pb.Status_STATUS_OK {
 		t.Fatalf("reply %v", r.got["a"])
 	}
@@ -366,28 +372,94 @@ func TestReplicaRefusesGapsAndStrangers(t *testing.T) {
 	}
 }
 
-type denyGate struct{}
-
-func (denyGate) Allowed(Coord) (uint64, bool) { return 0, false }
-
-type leaseGate struct{ id uint64 }
-
-func (g leaseGate) Allowed(Coord) (uint64, bool) { return g.id, true }
-
 func TestCommitGate(t *testing.T) {
+	w := waiters{}
 	co, re := pair(t)
-	co.gate = denyGate{}
+	co.SetLease(0, false)
 	var r replies
-	eff := co.Submit(&pending{from: alice, req: rw(1, "food", 0, "1"), reply: r.to("a")}, t0)
-	for _, a := range eff.answers {
-		a.reply(a.r)
-	}
+	eff := w.submit(co, &pending{from: alice, req: rw(1, "food", 0, "1")}, r.to("a"), t0)
+	w.answer(eff)
 	if eff.send != nil || r.got["a"].Status != pb.Status_STATUS_RETRY {
 		t.Fatalf("committed without a lease: %v", r.got["a"])
 	}
-	co.gate = leaseGate{42}
-	all := deliver(t, co, re, co.Submit(&pending{from: alice, req: rw(2, "food", 0, "1"), reply: r.to("b")}, t0))
+	co.SetLease(42, true)
+	all := deliver(t, co, re, w.submit(co, &pending{from: alice, req: rw(2, "food", 0, "1")}, r.to("b"), t0))
 	if all.publish == nil || all.publish.LeaseId != 42 || all.publish.Entries[0].LeaseId != 42 {
 		t.Fatalf("lease ID not recorded: %+v", all.publish)
+	}
+}
+
+// TestAnswersAreData: answers name the player and request they are for,
+// a request whose requester is gone (Abandon, by player and request ID,
+// every queued copy of it) is neither carried out nor answered, and a
+// lock's expiry commits without an answer.
+func TestAnswersAreData(t *testing.T) {
+	co, re := pair(t)
+	// Alice's lock holds the batch behind it at the replica: her write
+	// and its retry queue up meanwhile.
+	lock := &pb.Request{RequestId: reqID(1), Op: pb.Op_OP_LOCK, ObjectId: "door", LockTtlMs: 1000}
+	first := co.Submit(&pending{from: alice, req: lock}, t0)
+	if first.send == nil {
+		t.Fatal("lock not sent to the replica")
+	}
+	write := rw(2, "food", 0, "1")
+	co.Submit(&pending{from: alice, req: write}, t0)
+	co.Submit(&pending{from: alice, req: write}, t0)
+	co.Abandon(bob, write.RequestId, t0) // another player's ID: no effect
+	all := deliver(t, co, re, first)
+	want := [][]byte{lock.RequestId, write.RequestId, write.RequestId} // the retry from the done log
+	if len(all.answers) != len(want) {
+		t.Fatalf("%d answers, want the lock's, the write's and its retry's", len(all.answers))
+	}
+	for i, a := range all.answers {
+		if a.from != alice || string(a.id) != string(want[i]) || a.r.Status != pb.Status_STATUS_OK || (i > 0 && a.r.Object.Version != 1) {
+			t.Fatalf("answer %d: %x from %s: %v", i, a.id, a.from, a.r)
+		}
+	}
+
+	// Both copies of a request abandoned while queued behind a batch.
+	held := co.Submit(&pending{from: bob, req: rw(3, "food", 1, "2")}, t0)
+	gone := rw(4, "food", 2, "3")
+	co.Submit(&pending{from: alice, req: gone}, t0)
+	co.Submit(&pending{from: alice, req: gone}, t0)
+	co.Abandon(alice, gone.RequestId, t0)
+	all = deliver(t, co, re, held)
+	all.merge(co.Kick(t0))
+	if len(all.answers) != 1 || all.answers[0].from != bob {
+		t.Fatalf("answers %+v, want only bob's", all.answers)
+	}
+	if co.objects["food"].Version != 2 {
+		t.Fatalf("abandoned write carried out: version %d", co.objects["food"].Version)
+	}
+
+	// The lock runs out: its expiry commits, and nobody is answered.
+	all = deliver(t, co, re, co.ExpireLocks(t0.Add(2*time.Second)))
+	if len(all.answers) != 0 || all.publish == nil || len(co.objects["door"].LockHolder) != 0 {
+		t.Fatalf("expiry: answers %+v, published %v, holder %q", all.answers, all.publish, co.objects["door"].LockHolder)
+	}
+}
+
+// TestRetryReplacesWaiter: at the Service, a retry of a request still
+// waited for takes the earlier caller's place, and the earlier caller is
+// told to retry; only the waiter in place abandons the request.
+func TestRetryReplacesWaiter(t *testing.T) {
+	var sl slot
+	k := waitKey{alice, string(reqID(1))}
+	first, retry := make(chan *pb.Reply, 1), make(chan *pb.Reply, 1)
+	sl.wait(k, first)
+	sl.wait(k, retry)
+	select {
+	case r := <-first:
+		if r.Status != pb.Status_STATUS_RETRY {
+			t.Fatalf("replaced caller got %v", r)
+		}
+	default:
+		t.Fatal("replaced caller not answered")
+	}
+	if sl.unwait(k, first) {
+		t.Fatal("the replaced caller still counted as waiting")
+	}
+	if !sl.unwait(k, retry) || len(sl.waiters) != 0 {
+		t.Fatalf("retry not the waiter; %d left", len(sl.waiters))
 	}
 }

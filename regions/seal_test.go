@@ -61,6 +61,7 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 	// retires) and commits through it.
 	sl := co.svc.existingSlot(c)
 	sl.mu.Lock()
+	co.svc.feedLease(c, sl)
 	eff := sl.m.SetReplica(h.id(), time.Now())
 	sl.mu.Unlock()
 	co.svc.run(c, sl, eff)

@@ -94,7 +94,62 @@ type slot struct {
 	// coordinator; assigned is the last one, reused while it holds (trust.go).
 	serial   uint64
 	assigned *pb.Assignment
+	// waiters are the callers waiting for the machine's answer to a
+	// request (serveRequestOnce), handoffs those waiting for a hand-off's
+	// reply (serveHandoff), by the peer that asked. Only callers still
+	// waiting are here, each for at most its request timeout: both are
+	// bounded by the streams being served.
+	waiters  map[waitKey]chan *pb.Reply
+	handoffs map[peer.ID]chan *pb.HandoffReply
 }
+
+// waitKey names a request whose answer a caller waits for: the player
+// and its request ID (a machine answer names both).
+type waitKey struct {
+	from peer.ID
+	id   string
+}
+
+// wait makes ch the one waiting for k's answer. A retry of a request
+// that is still waited for (the player gave up on the first answer and
+// sent it again) takes its place: the earlier caller is told to retry,
+// and the answer goes to the latest. Called under sl.mu.
+func (sl *slot) wait(k waitKey, ch chan *pb.Reply) {
+	if sl.waiters == nil {
+		sl.waiters = map[waitKey]chan *pb.Reply{}
+	}
+	if old := sl.waiters[k]; old != nil {
+		// Entries leave the table when answered: old's buffer is free.
+		old <- &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the request was sent again"}
+	}
+	sl.waiters[k] = ch
+}
+
+// unwait removes ch as k's waiter and reports whether it still was (not
+// answered, nor replaced by a retry). Called under sl.mu.
+func (sl *slot) unwait(k waitKey, ch chan *pb.Reply) bool {
+	if sl.waiters[k] != ch {
+		return false
+	}
+	delete(sl.waiters, k)
+	return true
+}
+
+// feedLease gives sl's machine the commit gate's current answer for c
+// (the machine does not ask the gate itself), when it coordinates: only a
+// coordinator's steps use it. Only then is the gate asked, as when the
+// machine asked it: a gate may act on being asked (the tests' lease
+// service grants a free lease to the first peer that asks). Called under
+// sl.mu before each machine step.
+func (s *Service) feedLease(c Coord, sl *slot) {
+	if sl.m.role == pb.Role_ROLE_COORDINATOR {
+		sl.m.SetLease(s.cfg.Gate.Allowed(c))
+	}
+}
+
+// feedLeaseTaking is feedLease before a step that makes this peer the
+// coordinator (TakeOver, Install).
+func (s *Service) feedLeaseTaking(c Coord, sl *slot) { sl.m.SetLease(s.cfg.Gate.Allowed(c)) }
 
 // New starts the region service on n.
 func New(n *node.Node, cfg Config) (*Service, error) {
@@ -181,7 +236,7 @@ func (s *Service) slot(c Coord) *slot {
 	defer s.mu.Unlock()
 	sl := s.slots[c]
 	if sl == nil {
-		sl = &slot{m: newMachine(s.h.ID(), c, s.cfg.Gate, s.cfg.Proofs, s.cfg.Map, s.log)}
+		sl = &slot{m: newMachine(s.h.ID(), c, s.cfg.Proofs, s.cfg.Map, s.log)}
 		sl.m.maxHoldMs = s.cfg.MaxLockHold.Milliseconds()
 		s.slots[c] = sl
 	}
@@ -697,8 +752,18 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 
 // run carries out a machine's effects, outside the slot's lock.
 func (s *Service) run(c Coord, sl *slot, eff effects) {
-	for _, a := range eff.answers {
-		a.reply(a.r)
+	if len(eff.answers) > 0 {
+		// An answer nobody waits for (its caller gave up, or a lock's
+		// expiry) is dropped.
+		sl.mu.Lock()
+		for _, a := range eff.answers {
+			k := waitKey{a.from, string(a.id)}
+			if ch := sl.waiters[k]; ch != nil {
+				delete(sl.waiters, k)
+				ch <- a.r
+			}
+		}
+		sl.mu.Unlock()
 	}
 	if eff.singleCopy > 0 {
 		s.metrics.singleCopy.Add(float64(eff.singleCopy))
@@ -706,8 +771,13 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 	if eff.exclude != "" {
 		s.exclude(c, eff.exclude, "replica answers")
 	}
-	if eff.handoff != nil {
-		eff.handoff(eff.handoffReply)
+	if eff.handoffReply != nil {
+		sl.mu.Lock()
+		if ch := sl.handoffs[eff.handoffFor]; ch != nil {
+			delete(sl.handoffs, eff.handoffFor)
+			ch <- eff.handoffReply
+		}
+		sl.mu.Unlock()
 	}
 	if eff.publish != nil {
 		s.publish(c, eff.publish)
@@ -730,6 +800,7 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 	if eff.needReplica {
 		next := s.replicaChoice(c)
 		sl.mu.Lock()
+		s.feedLease(c, sl)
 		more := sl.m.SetReplica(next, time.Now())
 		sl.mu.Unlock()
 		s.run(c, sl, more)
@@ -778,6 +849,7 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 		}
 		next := s.replicaChoice(c, out.to)
 		sl.mu.Lock()
+		s.feedLease(c, sl)
 		eff = sl.m.ReplicaFailed(out.to, next, time.Now())
 		sl.mu.Unlock()
 		eff.retire = append(eff.retire, retirement{to: out.to, epoch: out.msg.Epoch})
@@ -787,6 +859,7 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 			proven = s.verifyDeposal(c, out, ack)
 		}
 		sl.mu.Lock()
+		s.feedLease(c, sl)
 		eff = sl.m.ReplicaAck(out.to, ack, proven, time.Now())
 		sl.mu.Unlock()
 	}
@@ -860,7 +933,10 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 		// answer: a lock granted later would go to nobody and block the
 		// object's other waiters until its TTL.
 		now := time.Now()
-		p := &pending{from: player, req: req, reply: func(r *pb.Reply) { ch <- r }, deadlineMs: now.Add(s.cfg.RequestTimeout).UnixMilli()}
+		p := &pending{from: player, req: req, deadlineMs: now.Add(s.cfg.RequestTimeout).UnixMilli()}
+		key := waitKey{player, string(req.RequestId)}
+		sl.wait(key, ch)
+		s.feedLease(c, sl)
 		eff := sl.m.Submit(p, now)
 		sl.mu.Unlock()
 		s.run(c, sl, eff)
@@ -868,7 +944,10 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 		defer timer.Stop()
 		abandon := func() {
 			sl.mu.Lock()
-			sl.m.Abandon(p, time.Now())
+			// A retry that took this caller's place waits for it still.
+			if sl.unwait(key, ch) {
+				sl.m.Abandon(player, req.RequestId, time.Now())
+			}
 			sl.mu.Unlock()
 		}
 		select {
@@ -881,6 +960,9 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 			abandon()
 			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the player went away"}
 		case <-s.ctx.Done():
+			sl.mu.Lock()
+			sl.unwait(key, ch)
+			sl.mu.Unlock()
 			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}
 		}
 	case pb.Role_ROLE_REPLICA:
@@ -1177,6 +1259,7 @@ func (s *Service) maintain(c Coord, w wakeup) {
 			// is not claimed as the lease's, and the closer peer, nudged,
 			// would not take it over from the lease holder.
 			sl.mu.Lock()
+			s.feedLease(c, sl)
 			eff := sl.m.Kick(time.Now())
 			sl.mu.Unlock()
 			s.run(c, sl, eff)
@@ -1201,8 +1284,10 @@ func (s *Service) maintain(c Coord, w wakeup) {
 		sl.mu.Lock()
 		var eff effects
 		if desired != replica {
+			s.feedLease(c, sl)
 			eff = sl.m.SetReplica(desired, time.Now())
 		} else {
+			s.feedLease(c, sl)
 			eff = sl.m.Kick(time.Now())
 		}
 		sl.mu.Unlock()

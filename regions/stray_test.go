@@ -32,6 +32,7 @@ func TestStrayCoordinatorComparesBeforeCommitting(t *testing.T) {
 	cl.crash(t, co)
 	book.release(c)
 	rsl.mu.Lock()
+	re.svc.feedLease(c, rsl)
 	eff := rsl.m.Kick(time.Now())
 	rsl.mu.Unlock()
 	re.svc.run(c, rsl, eff)
@@ -89,6 +90,7 @@ func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 	for _, m := range []*member{x, y} {
 		sl := m.svc.slot(c)
 		sl.mu.Lock()
+		m.svc.feedLeaseTaking(c, sl)
 		eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
 		sl.mu.Unlock()
 		m.svc.run(c, sl, eff)
@@ -96,6 +98,7 @@ func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 	// X found no replica then (it is alone, with nothing queued).
 	xsl := x.svc.existingSlot(c)
 	xsl.mu.Lock()
+	x.svc.feedLease(c, xsl)
 	eff := xsl.m.SetReplica("", time.Now())
 	xsl.mu.Unlock()
 	x.svc.run(c, xsl, eff)
@@ -131,6 +134,7 @@ func TestLeaseHolderTakesTheFresherCopyFromACloserPeer(t *testing.T) {
 	book.grant(c, testPeer(99)) // Y's lease lapses
 	sl := x.svc.slot(c)
 	sl.mu.Lock()
+	x.svc.feedLeaseTaking(c, sl)
 	eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
 	sl.mu.Unlock()
 	x.svc.run(c, sl, eff)
@@ -170,6 +174,7 @@ func strayReplica(t *testing.T, ctx context.Context, cl *cluster, co, re *member
 	rsl.mu.Lock()
 	rsl.m.load(saved)
 	rsl.m.role, rsl.m.coordinator, rsl.m.copyProof, rsl.m.copyAssign = pb.Role_ROLE_REPLICA, co.id(), proof, assign
+	re.svc.feedLeaseTaking(c, rsl)
 	eff := rsl.m.TakeOver(time.Now())
 	rsl.mu.Unlock()
 	re.svc.run(c, rsl, eff)
