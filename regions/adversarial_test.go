@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,6 +39,47 @@ func leasedCluster(t *testing.T, n int, c Coord) (*cluster, *testLeases, *member
 	cl.settle(t, 30*time.Second)
 	co, re := cl.appleAtReplica(t, c)
 	return cl, book, co, re
+}
+
+// subscribeAllBut subscribes every live peer but those of skip to region
+// c's events and returns them.
+func (cl *cluster) subscribeAllBut(t *testing.T, c Coord, skip ...*member) []*member {
+	t.Helper()
+	var members []*member
+	for _, m := range cl.live() {
+		if slices.Contains(skip, m) {
+			continue
+		}
+		if _, err := m.svc.Subscribe(c); err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m)
+	}
+	return members
+}
+
+// honestWriteThenDoubleFailure has coordinator co write apple = 2 in
+// region c, waits until every one of members caches the signed entry,
+// stops co and its replica re together, and returns the region as the
+// first member then reads it: rebuilt from the caches.
+func honestWriteThenDoubleFailure(t *testing.T, ctx context.Context, co, re *member, members []*member, c Coord) State {
+	t.Helper()
+	if _, err := co.cl.ReadWrite(ctx, c, "apple", 1, []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		waitUntil(t, 10*time.Second, "members to cache the honest write", func() bool {
+			_, _, signed := m.svc.cacheOf(c)
+			return len(signed) == 1 && string(signed[0].Entry.Object.Value) == "2"
+		})
+	}
+	co.stop()
+	re.stop()
+	st, err := members[0].cl.Get(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // appleAtReplica writes "apple" = 1 to region c through its coordinator
@@ -484,15 +526,7 @@ func TestAdversarialForgedCacheReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hsub.Cancel()
-	var members []*member
-	for _, m := range cl.live() {
-		if m != co && m != re {
-			if _, err := m.svc.Subscribe(c); err != nil {
-				t.Fatal(err)
-			}
-			members = append(members, m)
-		}
-	}
+	members := cl.subscribeAllBut(t, c, co, re)
 	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
 	defer cancel()
 	waitUntil(t, 20*time.Second, "members and the hostile peer to meet on the event topic", func() bool {
@@ -506,21 +540,7 @@ func TestAdversarialForgedCacheReply(t *testing.T) {
 		}
 		return true
 	})
-	if _, err := co.cl.ReadWrite(ctx, c, "apple", 1, []byte("2")); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range members {
-		waitUntil(t, 10*time.Second, "members to cache the honest write", func() bool {
-			_, _, signed := m.svc.cacheOf(c)
-			return len(signed) == 1 && string(signed[0].Entry.Object.Value) == "2"
-		})
-	}
-	co.stop()
-	re.stop()
-	st, err := members[0].cl.Get(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := honestWriteThenDoubleFailure(t, ctx, co, re, members, c)
 	if len(st.Objects) != 1 || st.Objects[0].ID != "apple" || string(st.Objects[0].Value) != "2" || st.Objects[0].Version != 2 {
 		t.Fatalf("rebuilt region holds %+v, want only apple = 2 at version 2", st.Objects)
 	}

@@ -48,15 +48,7 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 		return nil
 	})
 	cl.settle(t, 30*time.Second)
-	var members []*member
-	for _, m := range cl.live() {
-		if m != co {
-			if _, err := m.svc.Subscribe(c); err != nil {
-				t.Fatal(err)
-			}
-			members = append(members, m)
-		}
-	}
+	members := cl.subscribeAllBut(t, c, co)
 	// The coordinator makes the hostile peer its replica (the honest one
 	// retires) and commits through it.
 	sl := co.svc.existingSlot(c)
