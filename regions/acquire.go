@@ -518,9 +518,9 @@ func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffR
 		if r.Ok && s.cfg.Proofs != nil {
 			// Handing over a copy committed under this peer's own lease:
 			// the new coordinator gets this peer's assignment of it.
-			if who, _, _, err := s.cfg.Proofs.CheckProof(c, r.Grant); err == nil && who == self {
-				r.Assignment = s.assign(c, sl, r.Snapshot.Epoch, r.Grant, from)
-				r.Seal = s.seal(c, r.Snapshot.Epoch, r.Grant, r.Snapshot.Seq, snapshotHash(r.Snapshot))
+			if who, lease, _, err := s.cfg.Proofs.CheckProof(c, r.Grant); err == nil && who == self {
+				r.Assignment = s.assign(c, sl, r.Snapshot.Epoch, lease, from)
+				r.Seal = s.seal(c, r.Snapshot.Epoch, lease, r.Snapshot.Seq, snapshotHash(r.Snapshot))
 			}
 		}
 		return r

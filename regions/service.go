@@ -811,11 +811,14 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 	// The replica keeps this peer's signed assignment with its copy: what
 	// lets it claim the copy when the region is taken over.
-	out.msg.Assignment = s.assign(c, sl, out.msg.Epoch, out.msg.Grant, out.to)
 	// And this peer's seal of what the copy holds once the message is
-	// applied, so that the replica cannot change it unnoticed.
-	if out.hash != nil {
-		out.msg.Seal = s.seal(c, out.msg.Epoch, out.msg.Grant, out.seq, out.hash)
+	// applied, so that the replica cannot change it unnoticed. Both name
+	// the lease of the grant the message carries, checked once here.
+	if lease, ok := s.grantLease(c, out.msg.Grant); ok {
+		out.msg.Assignment = s.assign(c, sl, out.msg.Epoch, lease, out.to)
+		if out.hash != nil {
+			out.msg.Seal = s.seal(c, out.msg.Epoch, lease, out.seq, out.hash)
+		}
 	}
 	// Half a request's time: a replica that does not answer by then is
 	// replaced while the players' requests waiting on the batch still

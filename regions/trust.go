@@ -357,17 +357,19 @@ func stateHash(seq uint64, objects []*pb.Object, done []*pb.Done) []byte {
 // snapshotHash is stateHash of a snapshot as it stands.
 func snapshotHash(s *pb.Snapshot) []byte { return stateHash(s.GetSeq(), s.GetObjects(), s.GetDone()) }
 
-// seal returns this peer's signed seal of region c's state at seq (hash)
-// in epoch under the lease grant names (this peer's own); nil without a
-// lease service or a grant.
-func (s *Service) seal(c Coord, epoch uint64, grant []byte, seq uint64, hash []byte) *pb.Seal {
+// grantLease is the lease ID of grant, a grant of region c's lease; false
+// without a lease service, or a grant that does not check out.
+func (s *Service) grantLease(c Coord, grant []byte) (uint64, bool) {
 	if s.cfg.Proofs == nil || len(grant) == 0 {
-		return nil
+		return 0, false
 	}
 	_, lease, _, err := s.cfg.Proofs.CheckProof(c, grant)
-	if err != nil {
-		return nil
-	}
+	return lease, err == nil
+}
+
+// seal returns this peer's signed seal of region c's state at seq (hash)
+// in epoch under lease (this peer's own, see grantLease).
+func (s *Service) seal(c Coord, epoch, lease, seq uint64, hash []byte) *pb.Seal {
 	sl := &pb.Seal{Epoch: epoch, LeaseId: lease, Seq: seq, StateHash: hash}
 	if sl.Signature = s.sign(sealDigest(s.cfg.World, c, sl)); sl.Signature == nil {
 		return nil
@@ -393,17 +395,10 @@ func (s *Service) checkSeal(c Coord, grant []byte, snap *pb.Snapshot, seal *pb.S
 }
 
 // assign returns this peer's signed assignment of region c's copy to
-// holder in epoch under the lease grant names (this peer's own). The
+// holder in epoch under lease (this peer's own, see grantLease). The
 // same assignment is reused while epoch, lease and holder stay; a new one
-// gets the slot's next serial. Nil without a lease service or a grant.
-func (s *Service) assign(c Coord, sl *slot, epoch uint64, grant []byte, holder peer.ID) *pb.Assignment {
-	if s.cfg.Proofs == nil || len(grant) == 0 {
-		return nil
-	}
-	_, lease, _, err := s.cfg.Proofs.CheckProof(c, grant)
-	if err != nil {
-		return nil
-	}
+// gets the slot's next serial. Nil if this peer cannot sign.
+func (s *Service) assign(c Coord, sl *slot, epoch, lease uint64, holder peer.ID) *pb.Assignment {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if a := sl.assigned; a != nil && a.Epoch == epoch && a.LeaseId == lease && peer.ID(a.Holder) == holder {
