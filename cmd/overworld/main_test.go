@@ -68,7 +68,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and one poller.
+// syncBuffer is a bytes.Buffer safe for concurrent writers and pollers.
 type syncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer

@@ -108,7 +108,7 @@ func (g *gameLoop) step(now time.Time) {
 		g.pos.Relocate(position.Vec{X: self.Pos.X, Y: self.Pos.Y})
 	}
 	tr := int32(g.game.TickRate)
-	g.pos.Move(position.Vec{X: self.Pos.X, Y: self.Pos.Y}, position.Vec{X: self.Vel.X * tr, Y: self.Vel.Y * tr})
+	g.pos.MoveAt(position.Vec{X: self.Pos.X, Y: self.Pos.Y}, position.Vec{X: self.Vel.X * tr, Y: self.Vel.Y * tr}, now)
 	if in.Eat || in.PickUp || in.Fight {
 		g.act(in)
 	}

@@ -111,6 +111,7 @@ type Service struct {
 	uplinked    *AuthorLimiter // per (player, region) on coordinator streams
 	placed      bool
 	pos, vel    Vec
+	posAt       time.Time // when pos was true, if the game said (MoveAt)
 	seq         uint64
 	relocations uint32
 	view        map[peer.ID]*seenPlayer
@@ -210,12 +211,32 @@ func (s *Service) ID() peer.ID { return s.self }
 // Config returns the service's configuration.
 func (s *Service) Config() Config { return s.cfg }
 
-// Move sets the player's position and velocity; the next tick publishes
-// them. The first Move places the player in the world.
-func (s *Service) Move(pos, vel Vec) {
+// Move sets the player's position and velocity as of now; the next tick
+// publishes them, stamped with the time it reads them. The first Move (or
+// MoveAt) places the player in the world.
+func (s *Service) Move(pos, vel Vec) { s.MoveAt(pos, vel, time.Time{}) }
+
+// MoveAt sets the player's position and velocity as they were at time at,
+// the time of the game tick that produced them; the next tick publishes
+// them stamped with at. A game loop should use it: it and the publisher
+// run apart, and on a busy peer a position read a tick or two after its
+// game tick, followed by one read right after its tick, spans more ticks
+// of walking than the read times are apart, which receivers reject as a
+// teleport. Stamped with tick times, n ticks of walking are at least n
+// ticks apart.
+func (s *Service) MoveAt(pos, vel Vec, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pos, s.vel, s.placed = pos, vel, true
+	s.pos, s.vel, s.posAt, s.placed = pos, vel, at, true
+}
+
+// stampOf is the time an update is stamped with: when its position was
+// true if the game said so and that is not later than now, else now.
+func stampOf(posAt, now time.Time) time.Time {
+	if posAt.IsZero() || posAt.After(now) {
+		return now
+	}
+	return posAt
 }
 
 // Relocate sets the player's position after the game moved it without
@@ -225,7 +246,7 @@ func (s *Service) Move(pos, vel Vec) {
 func (s *Service) Relocate(pos Vec) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pos, s.vel, s.placed = pos, Vec{}, true
+	s.pos, s.vel, s.posAt, s.placed = pos, Vec{}, time.Time{}, true
 	s.relocations++
 }
 
@@ -363,10 +384,11 @@ func (s *Service) tick(ctx context.Context) {
 	s.updateSubscriptions(ctx, now, pos)
 	s.refreshCoordinators(now)
 	// Joining topics can take a while on a busy peer, and the player moves
-	// meanwhile: stamp the update with the time its position is read, or
-	// receivers would judge a long move against a short interval. Read the
-	// clock under the lock, with the position: a tick held up waiting for
-	// it while Move goes on would otherwise send a position newer than its
+	// meanwhile: stamp the update with the time its position was true (its
+	// game tick's, see MoveAt) or else the time it is read, or receivers
+	// would judge a long move against a short interval. Read the clock
+	// under the lock, with the position: a tick held up waiting for it
+	// while Move goes on would otherwise send a position newer than its
 	// stamp (a walk that looks too fast, rejected as a teleport).
 	s.mu.Lock()
 	now = s.cfg.Now()
@@ -376,7 +398,7 @@ func (s *Service) tick(ctx context.Context) {
 		Player: []byte(s.self), Seq: s.seq,
 		X: s.pos.X, Y: s.pos.Y, Vx: s.vel.X, Vy: s.vel.Y,
 		RegionX: int32(own.X), RegionY: int32(own.Y),
-		SentUnixMicro: now.UnixMicro(), Relocations: s.relocations,
+		SentUnixMicro: stampOf(s.posAt, now).UnixMicro(), Relocations: s.relocations,
 	}
 	batches := s.takeBatches()
 	sums := s.takeSummaries(batches, now)
