@@ -535,12 +535,15 @@ func (r *run) teardown(runners *sync.WaitGroup) {
 	}
 }
 
-// drive moves every online bot each step, in join order, by one step,
-// and tells the position service the step's time (MoveAt). On a starved
-// machine ticks come late and the bots walk slower than their speed;
-// moving them by the time that passed instead would make them jump after
-// a stall, between two updates stamped closer together than the moves (a
-// teleport to the receivers).
+// drive moves every online bot each step, in join order, by one step. On
+// a starved machine ticks come late and the bots walk slower than their
+// speed; moving them by the time that passed instead would make them jump
+// after a stall, between two updates the position service stamped with
+// times closer together than the moves (a teleport to the receivers).
+// Unlike play's game loop it does not stamp positions with the step's
+// time (position.MoveAt): the update delay the simulator reports is the
+// network's, from publishing to arrival, as SimMud measured it, not the
+// age of the position, which with 100 ms steps would add up to a step.
 func (r *run) drive(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Step)
 	defer t.Stop()
@@ -548,13 +551,13 @@ func (r *run) drive(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case <-t.C:
 			for _, p := range r.online() {
 				if p.walker == nil {
 					continue // a play bot: its game.Bot walks
 				}
 				p.walker.Step(r.cfg.Step)
-				p.svc.MoveAt(p.walker.Position(), p.walker.Velocity(), now)
+				p.svc.Move(p.walker.Position(), p.walker.Velocity())
 				p.setRegion(p.walker.grid.RegionOf(p.walker.Position()))
 			}
 		}

@@ -31,7 +31,9 @@ import (
 // Also OVERWORLD_SIM_WARMUP, OVERWORLD_SIM_EAT_EVERY and
 // OVERWORLD_SIM_FIGHT_EVERY (durations, 0 turns the action off),
 // OVERWORLD_SIM_SESSION_MEAN (churn: the mean session, a duration) with
-// OVERWORLD_SIM_LEAVE=handoff|crash, OVERWORLD_SIM_DHT=1 (placement by DHT
+// OVERWORLD_SIM_LEAVE=handoff|crash, OVERWORLD_SIM_LATENCY_MIN and
+// OVERWORLD_SIM_LATENCY_MAX (the links' one-way latency range),
+// OVERWORLD_SIM_DHT=1 (placement by DHT
 // lookups), OVERWORLD_SIM_HEAPPROFILE and OVERWORLD_SIM_GOROUTINEPROFILE
 // (files: the heap and the goroutines at the end of the window) and
 // OVERWORLD_SIM_BOTS=play (players are game/play's runtime with a bot)
@@ -65,6 +67,8 @@ func TestVirtualTime(t *testing.T) {
 	duration("OVERWORLD_SIM_EAT_EVERY", &cfg.EatEvery)
 	duration("OVERWORLD_SIM_FIGHT_EVERY", &cfg.FightEvery)
 	duration("OVERWORLD_SIM_SESSION_MEAN", &cfg.SessionMean)
+	duration("OVERWORLD_SIM_LATENCY_MIN", &cfg.LatencyMin)
+	duration("OVERWORLD_SIM_LATENCY_MAX", &cfg.LatencyMax)
 	if v := os.Getenv("OVERWORLD_SIM_LEAVE"); v != "" {
 		cfg.Leave = LeaveMode(v)
 	}
