@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/overworld-p2p/overworld/node/pbframe"
-	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 	"github.com/overworld-p2p/overworld/regions/memnet"
+	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
 // describe renders a queued message for a scenario's output: its kind and

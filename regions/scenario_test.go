@@ -19,8 +19,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
-	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 	"github.com/overworld-p2p/overworld/regions/memnet"
+	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
 var _ Transport = (*memnet.Peer)(nil)
