@@ -41,7 +41,7 @@ var _ Transport = (*memnet.Peer)(nil)
 //	read pX [as=NAME]           a client Get
 //	deliver [from=pX] [to=pY] [type=T] [n=K]   deliver the matching messages
 //	drop [from=pX] [to=pY] [type=T] [n=K]      lose them
-//	stabilize [quiet]           deliver until nothing is queued
+//	stabilize [quiet] [hold=(T,...)]  deliver until nothing (but held types) is queued
 //	partition pA,pB | pC,pD     cut the network; heal links it again
 //	crash pX                    the peer goes silent for good
 //	tick D                      advance virtual time by D
@@ -475,13 +475,21 @@ func (sc *scenario) deliverOrDrop(t *testing.T, d *datadriven.TestData, out *str
 }
 
 // stabilize delivers the first queued message (in sorted order) until
-// none is left, waiting for the peers after each.
+// none is left but those of the held types, waiting for the peers after
+// each.
 func (sc *scenario) stabilize(t *testing.T, d *datadriven.TestData, out *strings.Builder) {
 	quiet := d.HasArg("quiet")
+	var hold []string
+	if a, ok := d.Arg("hold"); ok {
+		hold = a.Vals
+	}
 	delivered := 0
 	for ; delivered < 2000; delivered++ {
 		synctest.Wait()
-		q := sc.sorted(sc.net.Pending())
+		q := slices.DeleteFunc(sc.sorted(sc.net.Pending()), func(m *memnet.Message) bool {
+			typ, _, _ := strings.Cut(describe(m, sc.nameBytes), " ")
+			return slices.Contains(hold, typ)
+		})
 		if len(q) == 0 {
 			break
 		}
