@@ -33,9 +33,12 @@ var _ Transport = (*memnet.Peer)(nil)
 // Commands (peers are named p1, p2, ... by their distance to the
 // scenario's region, p1 closest):
 //
-//	peers n=N [down=(pX,...)]   make N peers; start all but down
+//	peers n=N [down=(pX,...)] [leases]  make N peers; start all but down;
+//	                            leases: the tests' lease service (signed
+//	                            grants, the first peer to ask gets the lease)
 //	start pX                    start a peer made down
-//	lease holder=pX id=N        a scripted commit gate: only pX commits
+//	lease holder=pX [id=N]      a scripted commit gate (only pX commits), or
+//	                            with leases a new grant to pX
 //	subscribe pX [pY ...]       make peers members (event topic, cache)
 //	write pX obj=O value=V [ver=N] [as=NAME]   a client write (ReadWrite with ver)
 //	read pX [as=NAME]           a client Get
@@ -70,6 +73,9 @@ type scenario struct {
 	peers []*scenarioPeer // by name order
 	names map[peer.ID]string
 	gate  *scriptGate
+	// leases, if set (peers ... leases), is the tests' lease service with
+	// signed grants (leases_test.go): gate and proofs of every peer.
+	leases *testLeases
 
 	mu       sync.Mutex
 	finished []string // client operations' outcomes not yet printed
@@ -182,7 +188,13 @@ func (sc *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		var holder string
 		var id uint64
 		d.ScanArgs(t, "holder", &holder)
-		d.ScanArgs(t, "id", &id)
+		if d.HasArg("id") {
+			d.ScanArgs(t, "id", &id)
+		}
+		if sc.leases != nil {
+			sc.leases.grant(scenarioRegion, sc.byName(t, holder).id)
+			break
+		}
 		sc.gate.mu.Lock()
 		sc.gate.holder, sc.gate.id = sc.byName(t, holder).id, id
 		sc.gate.mu.Unlock()
@@ -255,6 +267,9 @@ func (sc *scenario) makePeers(t *testing.T, d *datadriven.TestData, out *strings
 			down[v] = true
 		}
 	}
+	if d.HasArg("leases") {
+		sc.leases = newTestLeases(sc.cfg.World)
+	}
 	var ids []peer.ID
 	keys := map[peer.ID]crypto.PrivKey{}
 	for i := range n {
@@ -300,7 +315,11 @@ func (sc *scenario) start(t *testing.T, p *scenarioPeer) {
 	cfg := sc.cfg
 	cfg.Logger = testLogger().With("peer", p.name)
 	cfg.Registerer = prometheus.NewRegistry()
-	cfg.Gate = peerGate{sc.gate, p.id}
+	if sc.leases != nil {
+		sc.leases.install(&cfg, p.id)
+	} else {
+		cfg.Gate = peerGate{sc.gate, p.id}
+	}
 	svc, err := NewWithTransport(mp, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -507,6 +526,11 @@ func (sc *scenario) stabilize(t *testing.T, d *datadriven.TestData, out *strings
 }
 
 func (sc *scenario) status(out *strings.Builder) {
+	if sc.leases != nil {
+		sc.leases.mu.Lock()
+		fmt.Fprintf(out, "lease %d held by %s\n", sc.leases.ids[scenarioRegion], sc.name(sc.leases.holder[scenarioRegion]))
+		sc.leases.mu.Unlock()
+	}
 	for _, p := range sc.peers {
 		switch {
 		case p.svc == nil:
