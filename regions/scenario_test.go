@@ -45,14 +45,19 @@ var _ Transport = (*memnet.Peer)(nil)
 //	deliver [from=pX] [to=pY] [type=T] [n=K]   deliver the matching messages
 //	drop [from=pX] [to=pY] [type=T] [n=K]      lose them
 //	stabilize [quiet] [hold=(T,...)]  deliver until nothing (but held types) is queued
-//	partition pA,pB | pC,pD     cut the network; heal links it again
-//	crash pX                    the peer goes silent for good
+//	partition pA,pB | pC,pD     cut the network (unlisted peers: one more side)
+//	heal                        link every peer again
+//	crash pX [pY ...]           silent for good: its queued messages are
+//	                            dropped, its exchanges reset, its service closed
 //	tick D                      advance virtual time by D
 //	queue                       the messages queued
 //	status                      each peer's role, epoch, seq and objects
 //
-// Every command ends with synctest.Wait and the client operations that
-// finished meanwhile.
+// A type T is a message's first printed word (request, reply, replicate,
+// info, handoff, nudge, ping, event, ...) or its kind (call, reply,
+// event). Messages print, are delivered and are dropped sorted by their
+// printed line. Every command ends with synctest.Wait and prints the
+// client operations that finished meanwhile.
 func TestScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
 		synctest.Test(t, func(t *testing.T) {
