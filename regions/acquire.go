@@ -547,7 +547,7 @@ func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.I
 	// The members are the peers subscribed to the region's event topic;
 	// gossipsub knows the subscriptions of every peer it is connected to.
 	var peers []peer.ID
-	for _, p := range s.n.PubSub().ListPeers(EventTopic(s.cfg.World, c)) {
+	for _, p := range s.topicPeers(c) {
 		if p != s.h.ID() && s.alive(p) && len(peers) < rebuildAsk {
 			peers = append(peers, p)
 		}

@@ -67,7 +67,7 @@ func (sub *Subscription) Close() {
 
 // regionTopic is this peer's membership of one region's event topic.
 type regionTopic struct {
-	m    *topic.Membership
+	m    topic.Channel
 	subs []*Subscription
 	// The member cache: highest version of each object seen.
 	epoch uint64
@@ -87,20 +87,17 @@ func (s *Service) joinTopicLocked(c Coord) (*regionTopic, error) {
 		return rt, nil
 	}
 	want := c
-	m, err := topic.Join(topic.Config{PubSub: s.n.PubSub(), Name: EventTopic(s.cfg.World, c),
-		Validate: func(_ context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
-			ev, err := decodeEvent(m.Data)
-			if err != nil || ev.World != s.cfg.World || int(ev.X) != want.X || int(ev.Y) != want.Y {
-				s.metrics.refused.WithLabelValues(refusedBounds).Inc()
-				return pubsub.ValidationReject
-			}
-			author := m.GetFrom()
-			if verdict := s.checkEvent(want, author, ev); verdict != pubsub.ValidationAccept {
-				return verdict
-			}
-			m.ValidatorData = ev
-			return pubsub.ValidationAccept
-		}})
+	m, err := s.tr.JoinTopic(EventTopic(s.cfg.World, c), func(author peer.ID, data []byte) (pubsub.ValidationResult, any) {
+		ev, err := decodeEvent(data)
+		if err != nil || ev.World != s.cfg.World || int(ev.X) != want.X || int(ev.Y) != want.Y {
+			s.metrics.refused.WithLabelValues(refusedBounds).Inc()
+			return pubsub.ValidationReject, nil
+		}
+		if verdict := s.checkEvent(want, author, ev); verdict != pubsub.ValidationAccept {
+			return verdict, nil
+		}
+		return pubsub.ValidationAccept, ev
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +110,7 @@ func (s *Service) joinTopicLocked(c Coord) (*regionTopic, error) {
 // loops are waited for outside s.topicMu, which they take.
 func (s *Service) closeTopics() {
 	s.topicMu.Lock()
-	var left []*topic.Membership
+	var left []topic.Channel
 	for _, rt := range s.topics {
 		for _, sub := range rt.subs {
 			close(sub.c)
@@ -224,7 +221,7 @@ func (s *Service) Subscribe(c Coord) (*Subscription, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := rt.m.Subscribe(s.ctx, 256, func(msg *pubsub.Message) { s.takeEvent(c, msg) }); err != nil {
+	if err := rt.m.Subscribe(s.ctx, 256, func(author peer.ID, value any) { s.takeEvent(c, author, value) }); err != nil {
 		return nil, err
 	}
 	ch := make(chan Update, 256)
@@ -255,14 +252,14 @@ func (s *Service) unsubscribe(sub *Subscription) {
 }
 
 // takeEvent takes a validated event of region c into the member cache.
-func (s *Service) takeEvent(c Coord, msg *pubsub.Message) {
-	ev, ok := msg.ValidatorData.(*pb.Event)
+func (s *Service) takeEvent(c Coord, author peer.ID, value any) {
+	ev, ok := value.(*pb.Event)
 	if !ok {
 		return
 	}
 	signed := make([]*pb.SignedEntry, len(ev.Entries))
 	for i, e := range ev.Entries {
-		signed[i] = &pb.SignedEntry{Epoch: ev.Epoch, Entry: e, Grant: ev.Grant, Author: []byte(msg.GetFrom()), Signature: ev.EntrySignatures[i]}
+		signed[i] = &pb.SignedEntry{Epoch: ev.Epoch, Entry: e, Grant: ev.Grant, Author: []byte(author), Signature: ev.EntrySignatures[i]}
 	}
 	s.absorbSigned(c, ev.Epoch, ev.LeaseId, ev.Entries, signed)
 }

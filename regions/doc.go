@@ -80,6 +80,19 @@
 // region. A batch whose lease ended before the replica acknowledged it is
 // not confirmed (answered RETRY, not published).
 //
+// # Transport
+//
+// The Service reaches the network only through a Transport (transport.go):
+// one exchange with a peer (a request frame and its one reply), inbound
+// exchanges with a watch for callers that went away, connection
+// notifications, the candidate peers (routing table and connections), the
+// DHT lookup behind Locate, and the region event topics. New runs over
+// libp2p (transport_libp2p.go: a stream of ProtocolID per exchange, the
+// DHT, gossipsub); NewWithTransport takes any, such as regions/memnet's
+// in-memory network, on which testdata/scenarios script fail-over,
+// hand-off, double failure, false suspicion and partitions message by
+// message (scenario_test.go).
+//
 // # Trust
 //
 // Every peer may be hostile (trust.go). A message that claims a role --

@@ -2,6 +2,7 @@ package regions
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -11,10 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/overworld-p2p/overworld/node"
@@ -26,8 +24,9 @@ import (
 // peer coordinates or replicates, answers everyone else with redirects, and
 // is the client through which the game reads and updates objects.
 type Service struct {
-	n       *node.Node
-	h       host.Host
+	tr Transport
+	// h names this peer (h.ID()), as when it was the libp2p host.
+	h       interface{ ID() peer.ID }
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
@@ -69,10 +68,10 @@ type Service struct {
 
 	reported map[Coord]Role // last roles told to OnRoleChange (maintainLoop only)
 
-	wake   chan wakeup  // regions to look at now (nudges, deaths)
-	downed chan peer.ID // peers whose last connection closed
-	notify *network.NotifyBundle
-	closed sync.Once
+	wake       chan wakeup  // regions to look at now (nudges, deaths)
+	downed     chan peer.ID // peers whose last connection closed
+	stopNotify func()
+	closed     sync.Once
 }
 
 // slot is one region's machine at this peer plus the transport's own
@@ -151,20 +150,35 @@ func (s *Service) feedLease(c Coord, sl *slot) {
 // coordinator (TakeOver, Install).
 func (s *Service) feedLeaseTaking(c Coord, sl *slot) { sl.m.SetLease(s.cfg.Gate.Allowed(c)) }
 
-// New starts the region service on n.
+// New starts the region service on n, over libp2p.
 func New(n *node.Node, cfg Config) (*Service, error) {
 	if n == nil {
 		return nil, errors.New("regions: node is nil")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = n.Logger()
+	}
+	filled := cfg // for the request timeout the transport needs
+	if err := filled.fill(); err != nil {
+		return nil, fmt.Errorf("regions config: %w", err)
+	}
+	return NewWithTransport(NewLibp2pTransport(n, filled.RequestTimeout), cfg)
+}
+
+// NewWithTransport starts the region service over tr (see Transport).
+func NewWithTransport(tr Transport, cfg Config) (*Service, error) {
+	if tr == nil {
+		return nil, errors.New("regions: transport is nil")
 	}
 	if err := cfg.fill(); err != nil {
 		return nil, fmt.Errorf("regions config: %w", err)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = n.Logger()
+		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
-		n: n, h: n.Host(), cfg: cfg, log: cfg.Logger.With("world", cfg.World),
+		tr: tr, h: tr, cfg: cfg, log: cfg.Logger.With("world", cfg.World),
 		ctx: ctx, cancel: cancel,
 		slots:    map[Coord]*slot{},
 		topics:   map[Coord]*regionTopic{},
@@ -181,19 +195,13 @@ func New(n *node.Node, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("regions metrics: %w", err)
 	}
 	s.metrics = m
-	s.notify = &network.NotifyBundle{
-		ConnectedF: func(_ network.Network, c network.Conn) { s.heard(c.RemotePeer()) },
-		DisconnectedF: func(nw network.Network, c network.Conn) {
-			if nw.Connectedness(c.RemotePeer()) != network.Connected {
-				select {
-				case s.downed <- c.RemotePeer():
-				default:
-				}
-			}
-		},
-	}
-	s.h.Network().Notify(s.notify)
-	s.h.SetStreamHandler(protocol.ID(ProtocolID), s.handleStream)
+	s.stopNotify = tr.Notify(s.heard, func(p peer.ID) {
+		select {
+		case s.downed <- p:
+		default:
+		}
+	})
+	tr.Serve(s.serveExchange)
 	s.wg.Add(2)
 	go s.maintainLoop()
 	go s.candidateLoop()
@@ -203,8 +211,8 @@ func New(n *node.Node, cfg Config) (*Service, error) {
 // Close stops serving and leaves the region topics. The node stays up.
 func (s *Service) Close() error {
 	s.closed.Do(func() {
-		s.h.RemoveStreamHandler(protocol.ID(ProtocolID))
-		s.h.Network().StopNotify(s.notify)
+		s.tr.Serve(nil)
+		s.stopNotify()
 		s.spawnMu.Lock()
 		s.cancel()
 		s.spawnMu.Unlock()
@@ -283,7 +291,7 @@ func (s *Service) markDead(p peer.ID) {
 	if !already {
 		s.log.Debug("peer unreachable", "peer", p)
 	}
-	s.n.DHT().RoutingTable().RemovePeer(p)
+	s.tr.RemovePeer(p)
 }
 
 // maxDead bounds each per-peer liveness table (dead, excluded, probed).
@@ -357,10 +365,11 @@ func (s *Service) alive(p peer.ID) bool {
 
 // servesRegions reports whether p is known (via identify) to speak the
 // region protocol: the DHT also holds bootstrap nodes, which do not.
-func (s *Service) servesRegions(p peer.ID) bool {
-	protos, err := s.h.Peerstore().SupportsProtocols(p, protocol.ID(ProtocolID))
-	return err == nil && len(protos) > 0
-}
+func (s *Service) servesRegions(p peer.ID) bool { return s.tr.ServesRegions(p) }
+
+// topicPeers are the peers this peer knows subscribed to region c's event
+// topic: its members.
+func (s *Service) topicPeers(c Coord) []peer.ID { return s.tr.TopicPeers(EventTopic(s.cfg.World, c)) }
 
 // candidates are the live region peers this peer knows, itself included.
 // The list of known region peers is rebuilt in the background every
@@ -416,14 +425,14 @@ func (s *Service) collectCandidates() []peer.ID {
 			return
 		}
 		seen[p] = true
-		if s.alive(p) && s.servesRegions(p) && s.n.CanCoordinate(p) { // not behind NAT (node.CanCoordinate)
+		if s.alive(p) && s.servesRegions(p) && s.tr.CanCoordinate(p) { // not behind NAT (node.CanCoordinate)
 			out = append(out, p)
 		}
 	}
-	for _, p := range s.n.DHT().RoutingTable().ListPeers() {
+	for _, p := range s.tr.RoutingPeers() {
 		consider(p)
 	}
-	for _, p := range s.h.Network().Peers() {
+	for _, p := range s.tr.ConnectedPeers() {
 		consider(p)
 	}
 	return out
@@ -458,7 +467,7 @@ func (s *Service) placement(c Coord, exclude ...peer.ID) []peer.ID {
 // (see Eligibility).
 func (s *Service) eligible(c Coord) bool {
 	e, ok := s.cfg.Gate.(Eligibility)
-	return s.n.CanCoordinate(s.h.ID()) && (!ok || e.Eligible(c)) // behind NAT: never (see serveRequest)
+	return s.tr.CanCoordinate(s.h.ID()) && (!ok || e.Eligible(c)) // behind NAT: never (see serveRequest)
 }
 
 func containsPeer(list []peer.ID, p peer.ID) bool {
@@ -492,14 +501,14 @@ func (s *Service) Locate(ctx context.Context, c Coord) (coordinator, replica pee
 	if !s.cfg.Contains(c) {
 		return "", "", fmt.Errorf("locate region %s: outside the %dx%d world", c, s.cfg.Width, s.cfg.Height)
 	}
-	found, err := s.n.ClosestPeers(ctx, s.key(c), 8)
+	found, err := s.tr.ClosestPeers(ctx, s.key(c), 8)
 	if err != nil {
 		return "", "", fmt.Errorf("locate region %s: %w", c, err)
 	}
 	for _, p := range found {
-		if p != s.h.ID() && s.h.Network().Connectedness(p) != network.Connected {
+		if p != s.h.ID() && !s.tr.Connected(p) {
 			cctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
-			if err := s.h.Connect(cctx, peer.AddrInfo{ID: p}); err == nil {
+			if err := s.tr.Connect(cctx, p); err == nil {
 				s.heard(p)
 			}
 			cancel()
@@ -531,76 +540,38 @@ func (s *Service) envelope(c Coord, m *pb.Message) *pb.Message {
 	return m
 }
 
-// call sends one message to p on a new stream and reads the one reply.
+// call sends one message to p and returns its one reply (Transport.Call).
 // A failure to reach p (dial, negotiation, reset, timeout) is an error;
 // success is a sign of life.
 func (s *Service) call(ctx context.Context, p peer.ID, c Coord, m *pb.Message) (*pb.Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	st, err := s.h.NewStream(network.WithAllowLimitedConn(ctx, "region request"), p, protocol.ID(ProtocolID)) // NATed peers get only requests and cache queries, never snapshots: fits a relay
-	if err != nil {
-		return nil, fmt.Errorf("open stream to %s: %w", p, err)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = st.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { st.Reset() })
-	defer stop()
-	if err := writeRequest(st, s.cfg.Token(), s.envelope(c, m)); err != nil {
-		st.Reset()
+	var req bytes.Buffer
+	if err := writeRequest(&req, s.cfg.Token(), s.envelope(c, m)); err != nil {
 		return nil, fmt.Errorf("send to %s: %w", p, err)
 	}
-	reply, err := readMessage(bufio.NewReader(st))
+	body, err := s.tr.Call(ctx, p, req.Bytes())
 	if err != nil {
-		st.Reset()
+		return nil, err
+	}
+	reply, err := decodeMessage(body)
+	if err != nil {
 		return nil, fmt.Errorf("reply from %s: %w", p, err)
 	}
-	_ = st.Close()
 	s.heard(p)
 	return reply, nil
 }
 
-func (s *Service) handleStream(st network.Stream) {
-	defer st.Close()
-	_ = st.SetDeadline(time.Now().Add(2 * s.cfg.RequestTimeout))
-	from := st.Conn().RemotePeer()
-	// After its one request the caller sends nothing until it has the
-	// reply, then closes. The watcher's read returns earlier only if the
-	// caller went away (it reset or closed the stream: it gave up), which
-	// a request waiting at the coordinator learns through gone.
-	var extra chan bool
-	watch := func() <-chan struct{} {
-		gone := make(chan struct{})
-		extra = make(chan bool, 1)
-		go func() {
-			var one [1]byte
-			n, _ := st.Read(one[:])
-			close(gone)
-			extra <- n > 0
-		}()
-		return gone
+// serveExchange is the Service's Handler: one inbound request, answered
+// (an answer that cannot be encoded is nil, which the transport resets).
+func (s *Service) serveExchange(from peer.ID, r *bufio.Reader, watch func() <-chan struct{}) []byte {
+	reply := s.serveFrameWatched(from, r, watch)
+	body, err := proto.Marshal(reply)
+	if err != nil {
+		s.log.Warn("encode region reply", "err", err)
+		return nil
 	}
-	reply := s.serveFrameWatched(from, bufio.NewReader(st), watch)
-	if err := writeMessage(st, reply); err != nil {
-		st.Reset()
-		return
-	}
-	// The caller closes once it has the reply; wait for that (or the
-	// deadline) rather than close first. A real transport delivers either
-	// way, but libp2p's in-memory network flushes a closing stream at once,
-	// skipping its link latency, which would make tests and benchmarks
-	// under-report round trips.
-	more := false
-	if extra != nil {
-		more = <-extra
-	} else {
-		var one [1]byte
-		n, _ := st.Read(one[:])
-		more = n > 0
-	}
-	if more {
-		st.Reset() // one request per stream
-	}
+	return body
 }
 
 // serveFrame reads, checks and answers one request: the sender's token
@@ -845,7 +816,7 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 		// probe or any message from it would bring it back into placement
 		// at once and make it the replica again, a stall each time; it is
 		// left out as replica for DeadFor instead.
-		stalled := s.h.Network().Connectedness(out.to) == network.Connected
+		stalled := s.tr.Connected(out.to)
 		s.markDead(out.to)
 		if stalled {
 			s.exclude(c, out.to, "replication left unanswered")
@@ -1052,7 +1023,7 @@ func (s *Service) redirectOrAcquire(from peer.ID, c Coord, req *pb.Request, wait
 			order = s.placement(c)
 		}
 	}
-	if order[0] == s.h.ID() && s.n.CanCoordinate(order[0]) { // behind NAT and alone: wait for a reachable peer
+	if order[0] == s.h.ID() && s.tr.CanCoordinate(order[0]) { // behind NAT and alone: wait for a reachable peer
 		s.startAcquire(c)
 		if !waited {
 			// Serve it once the region is taken over (or forward it while
@@ -1136,7 +1107,7 @@ func (s *Service) recheckDead() {
 	s.liveMu.Lock()
 	var suspects []peer.ID
 	for p := range s.dead {
-		if len(suspects) < 8 && s.h.Network().Connectedness(p) == network.Connected {
+		if len(suspects) < 8 && s.tr.Connected(p) {
 			suspects = append(suspects, p)
 		}
 	}
@@ -1172,7 +1143,7 @@ func (s *Service) maintainLoop() {
 			// before the others registered with the bootstrap node; the
 			// DHT's own refresh is minutes away.
 			if ticks++; ticks%lonelyRefreshTicks == 0 && len(s.candidates()) < 3 {
-				s.n.DHT().RefreshRoutingTable()
+				s.tr.RefreshRoutingTable()
 			}
 		case w := <-s.wake:
 			s.maintain(w.c, w)

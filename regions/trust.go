@@ -451,7 +451,7 @@ func (s *Service) checkCopyClaim(c Coord, p peer.ID, grant []byte, a *pb.Assignm
 
 // sign signs data with this peer's libp2p key (nil if it has none).
 func (s *Service) sign(data []byte) []byte {
-	key := s.h.Peerstore().PrivKey(s.h.ID())
+	key := s.tr.PrivKey()
 	if key == nil {
 		return nil
 	}
@@ -472,7 +472,7 @@ func (s *Service) verifySig(p peer.ID, data, sig []byte) bool {
 	var pub crypto.PubKey
 	if k, err := p.ExtractPublicKey(); err == nil {
 		pub = k
-	} else if pub = s.h.Peerstore().PubKey(p); pub == nil {
+	} else if pub = s.tr.PubKey(p); pub == nil {
 		return false
 	}
 	ok, err := pub.Verify(data, sig)
