@@ -531,19 +531,29 @@ func (a *acquisition) merge() acqEffects {
 	// Only entries signed by a coordinator with a grant that checks out
 	// count (trust.go): a member cannot make up objects or epochs. Each
 	// distinct signature is checked once; members mostly hold the same.
-	verdicts := map[string]bool{}
+	// The verdict is reused only for the very entry it was given for: a
+	// member could put a real signature on an entry it made up (another
+	// value, a far epoch), which must be checked on its own.
+	type verdict struct {
+		se *pb.SignedEntry
+		ok bool
+	}
+	verdicts := map[string]verdict{}
 	merged := map[string]*pb.SignedEntry{}
 	var maxEpoch uint64
 	sources := 0
 	for _, answer := range answers {
 		used := false
 		for _, se := range answer {
-			ok, seen := verdicts[string(se.Signature)]
-			if !seen {
+			v, seen := verdicts[string(se.Signature)]
+			ok := v.ok
+			if !seen || (v.se != se && !proto.Equal(v.se, se)) {
 				if ok = a.checks.verifyEntry(se) == ""; !ok {
 					eff.unprovenEntries++
 				}
-				verdicts[string(se.Signature)] = ok
+				if !seen {
+					verdicts[string(se.Signature)] = verdict{se: se, ok: ok}
+				}
 			}
 			if !ok {
 				continue

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -63,7 +64,7 @@ func (f *fakeChecks) verifyEntry(se *pb.SignedEntry) string {
 		f.verified = map[string]int{}
 	}
 	f.verified[string(se.Signature)]++
-	if f.forged[string(se.Signature)] {
+	if f.forged[string(se.Signature)] || strings.HasPrefix(string(se.Entry.Object.Value), "made up") {
 		return refusedEventForged
 	}
 	return ""
@@ -550,5 +551,33 @@ func TestAcquisitionIgnoresStrays(t *testing.T) {
 	}
 	if eff := a.Step(handoffReplied(p1, handedOverAt(4), nil)); eff.install == nil || eff.install.from != p1 {
 		t.Fatal("p1's hand-off not installed")
+	}
+}
+
+// TestAcquisitionRebuildSignatureReplayed: an entry a member made up
+// under a real entry's signature is checked on its own, not taken on the
+// real entry's verdict.
+func TestAcquisitionRebuildSignatureReplayed(t *testing.T) {
+	real := signedAt("a", 3, 1, 7, "s")
+	madeUp := signedAt("a", 40, 9, 7, "s")
+	madeUp.Entry.Object.Value = []byte("made up")
+	same := signedAt("a", 3, 1, 7, "s") // another member's copy of the real one
+	checks := &fakeChecks{}
+	net := fakeNet{
+		members:  []peer.ID{p1, p2},
+		ownCache: []*pb.SignedEntry{real},
+		caches:   map[peer.ID][]*pb.SignedEntry{p1: {madeUp}, p2: {same}},
+	}
+	_, eff := play(t, newTestAcquisition(acqTake, checks), net)
+	r := eff.rebuilt
+	if r == nil || len(r.snap.Objects) != 1 {
+		t.Fatalf("rebuilt %+v", r)
+	}
+	if o := r.snap.Objects[0]; o.Version != 1 || r.snap.Epoch != 4 {
+		t.Errorf("object at v%d, epoch %d: the made-up entry was taken (want v1, epoch 4)", o.Version, r.snap.Epoch)
+	}
+	if eff.unprovenEntries != 1 || checks.verified["s"] != 2 {
+		t.Errorf("%d entries left out, signature checked %d times; want 1 and 2 (the real entry once, the made-up one once)",
+			eff.unprovenEntries, checks.verified["s"])
 	}
 }
