@@ -5,7 +5,6 @@ import (
 	"sort"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
@@ -82,16 +81,17 @@ type acqResult int
 
 const (
 	acqRunning acqResult = iota
-	// acqTookOver: this peer's own copy was the freshest (effects.takeOver).
+	// acqTookOver: this peer's own copy was the freshest (acqEffects.takeOver).
 	acqTookOver
-	// acqInstalled: a copy handed over (effects.install).
+	// acqInstalled: a copy handed over (acqEffects.install).
 	acqInstalled
-	// acqRebuilt: rebuilt from the members' caches (effects.rebuilt).
+	// acqRebuilt: rebuilt from the members' caches (acqEffects.rebuilt).
 	acqRebuilt
 	// acqKept: compare only; this peer's own copy is the freshest, or
 	// holds what the freshest does.
 	acqKept
-	// acqSteppedBack: a closer live peer was nudged (effects.nudge).
+	// acqSteppedBack: a closer live peer, a holder or the target of a
+	// redirect, was nudged to take the region (acqEffects.nudge).
 	acqSteppedBack
 	// acqRefused: compare only; no fresher copy checked out.
 	acqRefused
@@ -105,7 +105,7 @@ const (
 func (r acqResult) compared() bool { return r == acqKept || r == acqInstalled }
 
 // acqChecks is what an acquisition asks of this peer's keys, lease service
-// and view of the region's placement (Service.acqChecks in the Service).
+// and view of the region's placement (serviceChecks in the Service).
 type acqChecks interface {
 	// closer reports whether a is closer than b to the region's key.
 	closer(a, b peer.ID) bool
@@ -203,18 +203,6 @@ type handedOver struct {
 	grant  []byte
 	assign *pb.Assignment
 	seal   *pb.Seal
-}
-
-// rebuiltCopy is a copy rebuilt from caches to install as coordinator,
-// proven by grant (the newest its objects were committed under), and what
-// the log line about it says: created (nothing cached: a new region) or
-// rebuilt from objects entries of caches answers, members of which were
-// asked, after asked peers were asked what they hold.
-type rebuiltCopy struct {
-	snap                            *pb.Snapshot
-	grant                           []byte
-	created                         bool
-	objects, caches, members, asked int
 }
 
 // newAcquisition returns an acquisition of kind by self of region,
@@ -514,148 +502,4 @@ func (a *acquisition) membersListed(members []peer.ID, own []*pb.SignedEntry) ac
 	}
 	a.phase = phaseCaches
 	return acqEffects{askCaches: append([]peer.ID(nil), a.members...)}
-}
-
-// merge rebuilds the region from the caches: the highest version of each
-// object wins. Updates acknowledged after the newest version any member
-// saw are lost, and the log line the Service writes says so.
-func (a *acquisition) merge() acqEffects {
-	var eff acqEffects
-	// This peer's cache first, then the members' in the order listed.
-	answers := [][]*pb.SignedEntry{a.ownEntries}
-	for _, p := range a.members {
-		if e, ok := a.caches[p]; ok {
-			answers = append(answers, e)
-		}
-	}
-	// Only entries signed by a coordinator with a grant that checks out
-	// count (trust.go): a member cannot make up objects or epochs. Each
-	// distinct signature is checked once; members mostly hold the same.
-	// The verdict is reused only for the very entry it was given for: a
-	// member could put a real signature on an entry it made up (another
-	// value, a far epoch), which must be checked on its own.
-	type verdict struct {
-		se *pb.SignedEntry
-		ok bool
-	}
-	verdicts := map[string]verdict{}
-	merged := map[string]*pb.SignedEntry{}
-	var maxEpoch uint64
-	sources := 0
-	for _, answer := range answers {
-		used := false
-		for _, se := range answer {
-			v, seen := verdicts[string(se.Signature)]
-			ok := v.ok
-			if !seen || (v.se != se && !proto.Equal(v.se, se)) {
-				if ok = a.checks.verifyEntry(se) == ""; !ok {
-					eff.unprovenEntries++
-				}
-				if !seen {
-					verdicts[string(se.Signature)] = verdict{se: se, ok: ok}
-				}
-			}
-			if !ok {
-				continue
-			}
-			used = true
-			maxEpoch = max(maxEpoch, se.Epoch)
-			if cur := merged[se.Entry.Object.Id]; cur == nil || newerEntry(se, cur) {
-				merged[se.Entry.Object.Id] = se
-			}
-		}
-		if used {
-			sources++
-		}
-	}
-	ids := make([]string, 0, len(merged))
-	for id := range merged {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	if len(ids) > MaxObjectsInRegion {
-		ids = ids[:MaxObjectsInRegion]
-	}
-	snap := &pb.Snapshot{Epoch: maxEpoch + 1} // verified entries bound maxEpoch far below wrapping
-	for _, id := range ids {
-		o := proto.Clone(merged[id].Entry.Object).(*pb.Object)
-		o.LockHolder, o.LockExpiresMs, o.LockSinceMs = nil, 0, 0
-		snap.Objects = append(snap.Objects, o)
-	}
-	// The copy is proven by the newest grant its objects were committed
-	// under, for whoever takes it over before this peer commits.
-	var grant []byte
-	var newest uint64
-	for _, id := range ids {
-		if se := merged[id]; se.Grant != nil && se.Entry.LeaseId >= newest {
-			grant, newest = se.Grant, se.Entry.LeaseId
-		}
-	}
-	eff.rebuilt = &rebuiltCopy{
-		snap: snap, grant: grant, created: maxEpoch == 0 && len(merged) == 0,
-		objects: len(merged), caches: sources, members: len(a.members), asked: len(a.asked),
-	}
-	return a.finish(eff, acqRebuilt)
-}
-
-type holder struct {
-	p    peer.ID
-	info *pb.InfoReply
-	// With a lease service: what the copy's grant and assignment prove
-	// (checkCopyClaim), and whether the holder holds the grant's lease
-	// itself as coordinator (it can commit).
-	copyRank
-	leased bool
-}
-
-// fresher orders holders. With a lease service: newer lease, then the
-// lease's holder coordinating under it; then, under one lease, the copy
-// its holder committed itself, then a copy it assigned (the later
-// assignment first), then the longer log. Without one: higher epoch, then
-// longer log. Last, an active coordinator over a replica.
-//
-// Under one lease only its holder commits, so every copy under it is a
-// prefix of that holder's history whatever the epochs it went through:
-// seqs compare across epochs, and an epoch raised by a take-over that
-// committed nothing (a false suspicion, a hand-on by a replica, a rebuild
-// from caches, whose seq restarts) does not make a shorter copy fresher.
-// A copy on a branch its holder's lease did not write (another lease's)
-// is ordered by lease first, so a longer dead branch never wins. And a
-// replica that was replaced cannot outrank the one that replaced it by
-// claiming a longer copy: the later assignment wins.
-func fresher(ha, hb holder) bool {
-	// The lease service decides who commits: a copy under a newer lease
-	// is fresher whatever the epochs, and of two under the same lease the
-	// one whose holder holds it (and so could commit) is.
-	if ha.lease != hb.lease {
-		return ha.lease > hb.lease
-	}
-	if ha.leased != hb.leased {
-		return ha.leased
-	}
-	a, b := ha.info, hb.info
-	if ha.lease != 0 {
-		if ha.own != hb.own {
-			return ha.own
-		}
-		if ha.assigned != hb.assigned {
-			return ha.assigned
-		}
-		if ha.assigned && (ha.assignEpoch != hb.assignEpoch || ha.serial != hb.serial) {
-			if ha.assignEpoch != hb.assignEpoch {
-				return ha.assignEpoch > hb.assignEpoch
-			}
-			return ha.serial > hb.serial
-		}
-		if a.Seq != b.Seq {
-			return a.Seq > b.Seq
-		}
-	}
-	if a.Epoch != b.Epoch {
-		return a.Epoch > b.Epoch
-	}
-	if a.Seq != b.Seq {
-		return a.Seq > b.Seq
-	}
-	return a.Role == pb.Role_ROLE_COORDINATOR && b.Role != pb.Role_ROLE_COORDINATOR
 }

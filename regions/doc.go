@@ -97,7 +97,7 @@
 // hand the region to), which the copy carries: a copy whose grant names
 // another peer is believed only with that peer's assignment to its holder,
 // and of copies under one lease the holder's own, then the latest
-// assigned, then the longest is the freshest (acquisition.go fresher); they
+// assigned, then the longest is the freshest (fresher.go); they
 // seal what the replica holds after each message (a signed hash of the
 // state at its seq), and a copy the grant's holder assigned is taken over
 // only if it hashes to that seal (trust.go checkSeal); a
