@@ -581,3 +581,83 @@ func TestAcquisitionRebuildSignatureReplayed(t *testing.T) {
 			eff.unprovenEntries, checks.verified["s"])
 	}
 }
+
+// FuzzAcquisitionStep feeds an acquisition inputs made from bytes: any
+// kind, from any peer, in any order. It must not panic, must ask only
+// peers it knows of, and must ask nobody after its deadline or its end.
+func FuzzAcquisitionStep(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98, 0xa9, 0xba, 0xcb})
+	f.Add([]byte{5, 5, 5, 5, 0xff, 0x3c, 0x2d, 0x1e})
+	peers := []peer.ID{acqNear, p1, p2, p3, p4, p5, p6}
+	replies := []*pb.HandoffReply{
+		nil, handedOverAt(4), redirectTo(acqNear), redirectTo(p4), redirectTo(acqSelf), {Error: "no"}, {Ok: true, Snapshot: &pb.Snapshot{}},
+	}
+	f.Fuzz(func(t *testing.T, script []byte) {
+		if len(script) == 0 {
+			return
+		}
+		checks := &fakeChecks{
+			badHandoff: map[peer.ID]string{p2: refusedCopyUnsealed},
+			unproven:   map[peer.ID]string{p3: refusedProofInvalid},
+			forged:     map[string]bool{"forged": true},
+		}
+		kind := acqKind(script[0] % 2)
+		a := newTestAcquisition(kind, checks, p1, p2, p3, p4)
+		known := map[peer.ID]bool{acqSelf: true}
+		for _, p := range peers {
+			known[p] = true
+		}
+		check := func(eff acqEffects, after string) {
+			asks := append(append(append([]peer.ID(nil), eff.askInfo...), eff.askCaches...), eff.askHandoff)
+			for _, p := range asks {
+				if p != "" && !known[p] {
+					t.Fatalf("asked an unknown peer %q", p)
+				}
+				if p != "" && after != "" {
+					t.Fatalf("asked %s after %s", acqNames[p], after)
+				}
+			}
+		}
+		eff := a.Start()
+		check(eff, "")
+		after := ""
+		for i, b := range script[1:] {
+			if a.Result() != acqRunning {
+				after = "the end"
+			}
+			p := peers[int(b>>4)%len(peers)]
+			var in acqInput
+			switch b % 8 {
+			case 0:
+				in = infoReplied(p, copyOf(pb.Role(b>>4%3), uint64(b>>5), uint64(i)))
+			case 1:
+				in = infoReplied(p, nil)
+			case 2:
+				in = ownCopy(copyOf(pb.Role(b>>3%3), uint64(b>>6), uint64(b>>4)))
+			case 3:
+				in = handoffReplied(p, replies[int(b>>4)%len(replies)], nil)
+			case 4:
+				in = handoffReplied(p, nil, errors.New("unreachable"))
+			case 5:
+				in = membersListed(peers[:int(b>>4)%len(peers)], []*pb.SignedEntry{signedAt("a", uint64(b>>4)+1, 1, 7, "own")})
+			case 6:
+				sig := "forged"
+				if b&0x10 != 0 {
+					sig = fmt.Sprint("e", b)
+				}
+				in = cacheReplied(p, []*pb.SignedEntry{signedAt(fmt.Sprint("o", b>>5), uint64(b>>5)+1, uint64(b>>4), 7, sig)})
+			case 7:
+				in = deadlineReached()
+				if after == "" {
+					after = "the deadline"
+				}
+			}
+			eff = a.Step(in)
+			check(eff, after)
+			if eff.done != acqRunning && a.Result() != eff.done {
+				t.Fatalf("done %v, Result %v", eff.done, a.Result())
+			}
+		}
+	})
+}
