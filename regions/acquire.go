@@ -2,12 +2,9 @@ package regions
 
 import (
 	"context"
-	"sort"
-	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
@@ -47,16 +44,6 @@ func (s *Service) beginAcquire(c Coord, asCoordinator bool, nudger peer.ID) {
 	})
 }
 
-type holder struct {
-	p    peer.ID
-	info *pb.InfoReply
-	// With a lease service: what the copy's grant and assignment prove
-	// (checkCopyClaim), and whether the holder holds the grant's lease
-	// itself as coordinator (it can commit).
-	copyRank
-	leased bool
-}
-
 // weigh fills h's lease fields from its copy's grant and assignment; a
 // claim that does not check out leaves them zero (the rank of a copy
 // with nothing proven). provenHolders has refused such a copy if it has
@@ -93,10 +80,11 @@ func (s *Service) weigh(c Coord, h *holder) {
 // freshest holder of the state is this peer's own replica copy (take
 // over); another peer holds it (hand-off from that peer); nobody holds it
 // (rebuild from the members' caches: a double failure, or a new region).
+// The decisions are the acquisition's (acquisition.go); drive carries
+// them out.
 func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 	ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
 	defer cancel()
-	self := s.h.ID()
 	sl.mu.Lock()
 	stateless := sl.m.role == pb.Role_ROLE_NONE
 	sl.mu.Unlock()
@@ -107,39 +95,8 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
 			s.log.Debug("lookup before acquiring failed", "region", c, "err", err)
 		}
 	}
-	asked := s.askList(c, nudger)
-	holders := s.provenHolders(c, s.askInfo(ctx, c, asked))
-	for _, h := range holders {
-		if s.closer(c, h.p, self) && !h.info.SteppingAside {
-			s.log.Debug("a closer peer is alive; not taking the region", "region", c, "closer", h.p)
-			s.nudge(h.p, c)
-			return
-		}
-	}
-	copies := s.rankCopies(c, sl, holders)
-	s.log.Debug("acquiring region", "region", c, "copies", len(copies), "holders", len(holders))
-	// A holder whose hand-off does not check out (it claimed a copy it
-	// cannot prove) is passed over for the next freshest copy: else one
-	// peer claiming a copy in a far epoch would keep the region from being
-	// taken over for good.
-	for _, best := range copies {
-		if best.p == self {
-			sl.mu.Lock()
-			promoted := sl.m.role == pb.Role_ROLE_REPLICA
-			s.feedLeaseTaking(c, sl)
-			eff := sl.m.TakeOver(time.Now())
-			sl.mu.Unlock()
-			if promoted {
-				s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
-			}
-			s.run(c, sl, eff)
-			return
-		}
-		if _, refused := s.handoffFrom(ctx, c, sl, best.p); !refused {
-			return
-		}
-	}
-	s.rebuild(ctx, c, sl, asked)
+	a := newAcquisition(acqTake, s.h.ID(), c, s.askList(c, nudger), 0, s.acqChecks(c), s.log)
+	s.drive(ctx, c, sl, a)
 }
 
 // askList is whom acquiring or comparing copies of region c asks what
@@ -168,30 +125,6 @@ func (s *Service) askList(c Coord, nudger peer.ID) []peer.ID {
 	return asked
 }
 
-// rankCopies lists the copies of region c, freshest first: this peer's
-// own and the holders'.
-func (s *Service) rankCopies(c Coord, sl *slot, holders []holder) []holder {
-	self := s.h.ID()
-	sl.mu.Lock()
-	own := sl.m.info()
-	sl.mu.Unlock()
-	// The copies, freshest first: this peer's own and the holders'.
-	var copies []holder
-	if own.Role != pb.Role_ROLE_NONE {
-		h := holder{p: self, info: own}
-		s.weigh(c, &h)
-		copies = append(copies, h)
-	}
-	for _, h := range holders {
-		if h.info.Role != pb.Role_ROLE_NONE {
-			s.weigh(c, &h)
-			copies = append(copies, h)
-		}
-	}
-	sort.SliceStable(copies, func(i, j int) bool { return fresher(copies[i], copies[j]) })
-	return copies
-}
-
 // compareCopies runs when this coordinator of region c holds a lease its
 // copy was not compared under (machine.verifiedLease): it asks the peers
 // acquire asks what they hold and, if a copy that checks out is fresher
@@ -199,7 +132,6 @@ func (s *Service) rankCopies(c Coord, sl *slot, holders []holder) []holder {
 // does it commit under the lease. The lease was held before the peers
 // were asked, so no copy can have grown since under another.
 func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
-	self := s.h.ID()
 	sl.mu.Lock()
 	due := time.Since(sl.lastCompare) > 2*s.cfg.MaintainEvery
 	if sl.acquiring || sl.m.role != pb.Role_ROLE_COORDINATOR || !due {
@@ -220,32 +152,8 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 	ok := func() bool {
 		ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
 		defer cancel()
-		holders := s.provenHolders(c, s.askInfo(ctx, c, s.askList(c, "")))
-		copies := s.rankCopies(c, sl, holders)
-		var own holder
-		for _, h := range copies {
-			if h.p == self {
-				own = h
-			}
-		}
-		for _, best := range copies {
-			// Under one lease only its holder commits, so a copy under the
-			// same lease with as long a log holds the same (the copy this
-			// peer was handed, and the old coordinator's own): no hand-on.
-			if best.p == self || (own.info != nil && best.lease != 0 && best.lease == own.lease && best.info.Seq == own.info.Seq) {
-				return true
-			}
-			s.log.Info("a fresher copy of the region is held elsewhere; taking it over before committing under a new lease",
-				"region", c, "holder", best.p, "lease", lease)
-			installed, refused := s.handoffFrom(ctx, c, sl, best.p)
-			if installed {
-				return true
-			}
-			if !refused {
-				return false
-			}
-		}
-		return false
+		a := newAcquisition(acqCompare, s.h.ID(), c, s.askList(c, ""), lease, s.acqChecks(c), s.log)
+		return s.drive(ctx, c, sl, a).compared()
 	}()
 	sl.mu.Lock()
 	sl.acquiring, sl.source = false, ""
@@ -256,129 +164,84 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 	s.run(c, sl, eff)
 }
 
-// provenHolders drops the holders whose copy does not check out: with a
-// lease service, a copy with commits in it must come with a grant of the
-// region's lease not older than the newest known; without one, the peer
-// offering it must be placed. So no peer can make this one take its
-// made-up state over. A copy with nothing committed proves nothing and
-// risks nothing.
-func (s *Service) provenHolders(c Coord, holders []holder) []holder {
-	out := holders[:0]
-	for _, h := range holders {
-		if h.info.Role != pb.Role_ROLE_NONE && (h.info.Seq > 0 || h.info.Epoch > 0) {
-			reason := ""
-			if s.cfg.Proofs == nil {
-				if !s.placed(c, h.p) {
-					reason = refusedNotPlaced
-				}
-			} else if h.info.Seq > 0 {
-				// The grant, with the assignment of its holder when it
-				// names another peer, is the proof; placement is not asked
-				// of a copy, which may sit where a thin view put it.
-				_, reason = s.checkCopyClaim(c, h.p, h.info.Grant, h.info.Assignment)
-			}
-			if reason != "" {
-				s.refuse(c, h.p, "holder's copy", refusedHolderUnproven+"/"+reason)
-				h.info = &pb.InfoReply{SteppingAside: h.info.SteppingAside}
-			}
+// drive runs acquisition a of region c to its end and returns how it
+// ended: it carries out each step's effects, asks peers on goroutines
+// the Service owns, and feeds their answers back, one at a time, and the
+// end of ctx as the deadline. Requests that reach this peer meanwhile
+// wait for the acquisition (slot.acquired, set by the caller), or are
+// forwarded to the peer asked for a hand-off while it answers.
+func (s *Service) drive(ctx context.Context, c Coord, sl *slot, a *acquisition) acqResult {
+	inputs := make(chan acqInput)
+	stop := make(chan struct{})
+	defer close(stop)
+	// An answer that comes after the end is dropped.
+	feed := func(in acqInput) {
+		select {
+		case inputs <- in:
+		case <-stop:
 		}
-		out = append(out, h)
 	}
-	return out
+	deadline := ctx.Done()
+	eff := a.Start()
+	for {
+		now, ok := s.carryOut(ctx, c, sl, eff, feed)
+		switch {
+		case eff.done != acqRunning:
+			return eff.done
+		case ok:
+			eff = a.Step(now)
+			continue
+		}
+		select {
+		case in := <-inputs:
+			if in.kind == acqHandoffReply {
+				sl.mu.Lock()
+				sl.source = ""
+				sl.mu.Unlock()
+			}
+			eff = a.Step(in)
+		case <-deadline:
+			// Once: the asks still running fail with ctx and are fed too.
+			deadline = nil
+			eff = a.Step(deadlineReached())
+		}
+	}
 }
 
-// fresher orders holders. With a lease service: newer lease, then the
-// lease's holder coordinating under it; then, under one lease, the copy
-// its holder committed itself, then a copy it assigned (the later
-// assignment first), then the longer log. Without one: higher epoch, then
-// longer log. Last, an active coordinator over a replica.
-//
-// Under one lease only its holder commits, so every copy under it is a
-// prefix of that holder's history whatever the epochs it went through:
-// seqs compare across epochs, and an epoch raised by a take-over that
-// committed nothing (a false suspicion, a hand-on by a replica, a rebuild
-// from caches, whose seq restarts) does not make a shorter copy fresher.
-// A copy on a branch its holder's lease did not write (another lease's)
-// is ordered by lease first, so a longer dead branch never wins. And a
-// replica that was replaced cannot outrank the one that replaced it by
-// claiming a longer copy: the later assignment wins.
-func fresher(ha, hb holder) bool {
-	// The lease service decides who commits: a copy under a newer lease
-	// is fresher whatever the epochs, and of two under the same lease the
-	// one whose holder holds it (and so could commit) is.
-	if ha.lease != hb.lease {
-		return ha.lease > hb.lease
+// carryOut does what an acquisition's step asks. An answer it can give at
+// once (this peer's own copy, the region's members) it returns, to be
+// fed next; the peers' answers come through feed.
+func (s *Service) carryOut(ctx context.Context, c Coord, sl *slot, eff acqEffects, feed func(acqInput)) (acqInput, bool) {
+	for _, r := range eff.refusals {
+		s.refuse(c, r.from, r.what, r.reason)
 	}
-	if ha.leased != hb.leased {
-		return ha.leased
+	if eff.unprovenEntries > 0 {
+		s.metrics.refused.WithLabelValues(refusedCacheUnproven).Add(float64(eff.unprovenEntries))
 	}
-	a, b := ha.info, hb.info
-	if ha.lease != 0 {
-		if ha.own != hb.own {
-			return ha.own
-		}
-		if ha.assigned != hb.assigned {
-			return ha.assigned
-		}
-		if ha.assigned && (ha.assignEpoch != hb.assignEpoch || ha.serial != hb.serial) {
-			if ha.assignEpoch != hb.assignEpoch {
-				return ha.assignEpoch > hb.assignEpoch
-			}
-			return ha.serial > hb.serial
-		}
-		if a.Seq != b.Seq {
-			return a.Seq > b.Seq
-		}
+	if eff.nudge != "" {
+		s.nudge(eff.nudge, c)
 	}
-	if a.Epoch != b.Epoch {
-		return a.Epoch > b.Epoch
+	if eff.takeOver {
+		s.takeOverOwnCopy(c, sl)
 	}
-	if a.Seq != b.Seq {
-		return a.Seq > b.Seq
+	if eff.install != nil {
+		s.installHandedOver(c, sl, eff.install)
 	}
-	return a.Role == pb.Role_ROLE_COORDINATOR && b.Role != pb.Role_ROLE_COORDINATOR
-}
-
-func (s *Service) askInfo(ctx context.Context, c Coord, peers []peer.ID) []holder {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var out []holder
-	for _, p := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	if eff.rebuilt != nil {
+		s.installRebuilt(c, sl, eff.rebuilt)
+	}
+	for _, p := range eff.askInfo {
+		s.spawn(func() {
 			reply, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_Info{Info: &pb.Info{}}})
 			if err != nil {
 				s.markDead(p)
+				feed(infoReplied(p, nil))
 				return
 			}
-			if info := reply.GetInfoReply(); info != nil {
-				mu.Lock()
-				out = append(out, holder{p: p, info: info})
-				mu.Unlock()
-			}
-		}()
+			feed(infoReplied(p, reply.GetInfoReply()))
+		})
 	}
-	wg.Wait()
-	// Deterministic order for the decisions that follow.
-	sorted := make([]holder, 0, len(out))
-	for _, p := range peers {
-		for _, h := range out {
-			if h.p == p {
-				sorted = append(sorted, h)
-			}
-		}
-	}
-	return sorted
-}
-
-// handoffFrom asks src for the region's state. While the transfer runs,
-// requests that reach this peer are forwarded to src (serveRequest). It
-// reports whether this peer installed the state, and whether the state
-// handed over was refused (it did not check out).
-func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.ID) (installed, refused bool) {
-	self := s.h.ID()
-	for hop := 0; hop < handoffHops && src != ""; hop++ {
+	if src := eff.askHandoff; src != "" {
 		sl.mu.Lock()
 		sl.source = src
 		sl.mu.Unlock()
@@ -386,52 +249,129 @@ func (s *Service) handoffFrom(ctx context.Context, c Coord, sl *slot, src peer.I
 		if s.cfg.Proofs != nil {
 			ask.Grant = s.cfg.Proofs.Proof(c)
 		}
-		reply, err := s.call(ctx, src, c, &pb.Message{Body: &pb.Message_Handoff{Handoff: ask}})
-		sl.mu.Lock()
-		sl.source = ""
-		sl.mu.Unlock()
-		if err != nil {
-			s.log.Info("state transfer failed", "region", c, "from", src, "err", err)
-			return
-		}
-		hr := reply.GetHandoffReply()
-		if hr == nil {
-			return
-		}
-		if hr.Ok {
-			if reason := s.checkHandoff(c, src, hr); reason != "" {
-				s.refuse(c, src, "hand-off", refusedHolderUnproven+"/"+reason)
-				return false, true
-			}
-			// The assignment is kept if it names this peer (src held the
-			// grant and handed the region to it); one naming src proved
-			// src's copy only.
-			var assign *pb.Assignment
-			if a := hr.Assignment; a != nil && peer.ID(a.Holder) == self {
-				assign = a
-			}
-			sl.mu.Lock()
-			s.feedLeaseTaking(c, sl)
-			eff := sl.m.Install(hr.Snapshot, src, true, hr.Grant, assign, time.Now())
-			sl.m.keepSeal(hr.Seal) // checked with the snapshot if it was needed
-			sl.mu.Unlock()
-			s.log.Info("took region over", "region", c, "from", src, "epoch", hr.Snapshot.Epoch, "objects", len(hr.Snapshot.Objects))
-			s.metrics.takeovers.WithLabelValues(takeoverTransfer).Inc()
-			s.run(c, sl, eff)
-			return true, false
-		}
-		next, err := peer.IDFromBytes(hr.Redirect)
-		if err != nil || next == self || next == src {
-			s.log.Debug("hand-off refused", "region", c, "from", src, "reason", hr.Error)
-			return
-		}
-		if s.closer(c, next, self) {
-			s.nudge(next, c)
-			return
-		}
-		src = next
+		s.spawn(func() {
+			reply, err := s.call(ctx, src, c, &pb.Message{Body: &pb.Message_Handoff{Handoff: ask}})
+			feed(handoffReplied(src, reply.GetHandoffReply(), err))
+		})
 	}
-	return false, false
+	for _, p := range eff.askCaches {
+		s.spawn(func() {
+			reply, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_CacheQuery{CacheQuery: &pb.CacheQuery{}}})
+			var entries []*pb.SignedEntry // nil: no answer, as an empty one
+			if err == nil {
+				entries = reply.GetCacheReply().GetEntries()
+			}
+			feed(cacheReplied(p, entries))
+		})
+	}
+	switch {
+	case eff.readOwn:
+		sl.mu.Lock()
+		own := sl.m.info()
+		sl.mu.Unlock()
+		return ownCopy(own), true
+	case eff.listMembers:
+		return s.members(c), true
+	}
+	return acqInput{}, false
+}
+
+// members lists the region's members to rebuild it from, with this
+// peer's own cache: the peers subscribed to the region's event topic
+// (gossipsub knows the subscriptions of every peer it is connected to).
+func (s *Service) members(c Coord) acqInput {
+	var peers []peer.ID
+	for _, p := range s.topicPeers(c) {
+		if p != s.h.ID() && s.alive(p) && len(peers) < rebuildAsk {
+			peers = append(peers, p)
+		}
+	}
+	_, _, own := s.cacheOf(c)
+	return membersListed(peers, own)
+}
+
+// takeOverOwnCopy makes this peer coordinator of its own copy of region c.
+func (s *Service) takeOverOwnCopy(c Coord, sl *slot) {
+	sl.mu.Lock()
+	promoted := sl.m.role == pb.Role_ROLE_REPLICA
+	s.feedLeaseTaking(c, sl)
+	eff := sl.m.TakeOver(time.Now())
+	sl.mu.Unlock()
+	if promoted {
+		s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
+	}
+	s.run(c, sl, eff)
+}
+
+// installHandedOver makes this peer coordinator of the copy h.from handed
+// over (checked by checkHandoff).
+func (s *Service) installHandedOver(c Coord, sl *slot, h *handedOver) {
+	sl.mu.Lock()
+	s.feedLeaseTaking(c, sl)
+	eff := sl.m.Install(h.snap, h.from, true, h.grant, h.assign, time.Now())
+	sl.m.keepSeal(h.seal) // checked with the snapshot if it was needed
+	sl.mu.Unlock()
+	s.log.Info("took region over", "region", c, "from", h.from, "epoch", h.snap.Epoch, "objects", len(h.snap.Objects))
+	s.metrics.takeovers.WithLabelValues(takeoverTransfer).Inc()
+	s.run(c, sl, eff)
+}
+
+// installRebuilt makes this peer coordinator of region c rebuilt from the
+// members' caches (or created), unless someone handed it the state
+// meanwhile.
+func (s *Service) installRebuilt(c Coord, sl *slot, r *rebuiltCopy) {
+	sl.mu.Lock()
+	if sl.m.role != pb.Role_ROLE_NONE {
+		sl.mu.Unlock()
+		return // someone handed us the state meanwhile
+	}
+	s.feedLeaseTaking(c, sl)
+	eff := sl.m.Install(r.snap, "", false, r.grant, nil, time.Now())
+	sl.mu.Unlock()
+	if r.created {
+		s.log.Info("region created", "region", c, "asked", r.asked)
+		s.metrics.takeovers.WithLabelValues(takeoverCreated).Inc()
+	} else {
+		s.metrics.takeovers.WithLabelValues(takeoverRebuilt).Inc()
+		s.log.Warn("region rebuilt from members' caches after losing coordinator and replica; updates newer than the cached versions may be lost",
+			"region", c, "epoch", r.snap.Epoch, "objects", r.objects, "caches", r.caches, "members_asked", r.members)
+	}
+	s.run(c, sl, eff)
+}
+
+// acqChecks is region c's acqChecks at this peer: its keys, lease service
+// and view.
+func (s *Service) acqChecks(c Coord) acqChecks { return serviceChecks{s: s, c: c} }
+
+type serviceChecks struct {
+	s *Service
+	c Coord
+}
+
+func (k serviceChecks) closer(a, b peer.ID) bool { return k.s.closer(k.c, a, b) }
+func (k serviceChecks) weigh(h *holder)          { k.s.weigh(k.c, h) }
+func (k serviceChecks) checkHandoff(src peer.ID, hr *pb.HandoffReply) string {
+	return k.s.checkHandoff(k.c, src, hr)
+}
+func (k serviceChecks) verifyEntry(se *pb.SignedEntry) string { return k.s.verifySignedEntry(k.c, se) }
+
+// proveCopy: with a lease service, the grant, with the assignment of its
+// holder when it names another peer, is the proof of a copy with
+// commits in it; placement is not asked of a copy, which may sit where a
+// thin view put it. Without one, the peer offering the copy must be
+// placed.
+func (k serviceChecks) proveCopy(p peer.ID, info *pb.InfoReply) string {
+	if k.s.cfg.Proofs == nil {
+		if !k.s.placed(k.c, p) {
+			return refusedNotPlaced
+		}
+		return ""
+	}
+	if info.Seq > 0 {
+		_, reason := k.s.checkCopyClaim(k.c, p, info.Grant, info.Assignment)
+		return reason
+	}
+	return ""
 }
 
 // checkHandoff checks a handed-over snapshot as provenHolders checks
@@ -538,112 +478,4 @@ func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffR
 func (s *Service) leaseHolder(c Coord, from peer.ID, grant []byte) bool {
 	_, reason := s.verifyCoordinator(c, from, grant)
 	return reason == ""
-}
-
-// rebuild recreates region c from the members' caches: the highest version
-// of each object wins. Updates acknowledged after the newest version any
-// member saw are lost, and the log says so.
-func (s *Service) rebuild(ctx context.Context, c Coord, sl *slot, asked []peer.ID) {
-	// The members are the peers subscribed to the region's event topic;
-	// gossipsub knows the subscriptions of every peer it is connected to.
-	var peers []peer.ID
-	for _, p := range s.topicPeers(c) {
-		if p != s.h.ID() && s.alive(p) && len(peers) < rebuildAsk {
-			peers = append(peers, p)
-		}
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	_, _, own := s.cacheOf(c)
-	answers := [][]*pb.SignedEntry{own}
-	for _, p := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reply, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_CacheQuery{CacheQuery: &pb.CacheQuery{}}})
-			if err != nil {
-				return
-			}
-			if cr := reply.GetCacheReply(); cr != nil {
-				mu.Lock()
-				answers = append(answers, cr.Entries)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return
-	}
-	// Only entries signed by a coordinator with a grant that checks out
-	// count (trust.go): a member cannot make up objects or epochs. Each
-	// distinct signature is checked once; members mostly hold the same.
-	verdicts := map[string]bool{}
-	merged := map[string]*pb.SignedEntry{}
-	var maxEpoch uint64
-	sources := 0
-	for _, a := range answers {
-		used := false
-		for _, se := range a {
-			ok, seen := verdicts[string(se.Signature)]
-			if !seen {
-				reason := s.verifySignedEntry(c, se)
-				if ok = reason == ""; !ok {
-					s.metrics.refused.WithLabelValues(refusedCacheUnproven).Inc()
-				}
-				verdicts[string(se.Signature)] = ok
-			}
-			if !ok {
-				continue
-			}
-			used = true
-			maxEpoch = max(maxEpoch, se.Epoch)
-			if cur := merged[se.Entry.Object.Id]; cur == nil || newerEntry(se, cur) {
-				merged[se.Entry.Object.Id] = se
-			}
-		}
-		if used {
-			sources++
-		}
-	}
-	ids := make([]string, 0, len(merged))
-	for id := range merged {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	if len(ids) > MaxObjectsInRegion {
-		ids = ids[:MaxObjectsInRegion]
-	}
-	snap := &pb.Snapshot{Epoch: maxEpoch + 1} // verified entries bound maxEpoch far below wrapping
-	for _, id := range ids {
-		o := proto.Clone(merged[id].Entry.Object).(*pb.Object)
-		o.LockHolder, o.LockExpiresMs, o.LockSinceMs = nil, 0, 0
-		snap.Objects = append(snap.Objects, o)
-	}
-	// The copy is proven by the newest grant its objects were committed
-	// under, for whoever takes it over before this peer commits.
-	var grant []byte
-	var newest uint64
-	for _, id := range ids {
-		if se := merged[id]; se.Grant != nil && se.Entry.LeaseId >= newest {
-			grant, newest = se.Grant, se.Entry.LeaseId
-		}
-	}
-	sl.mu.Lock()
-	if sl.m.role != pb.Role_ROLE_NONE {
-		sl.mu.Unlock()
-		return // someone handed us the state meanwhile
-	}
-	s.feedLeaseTaking(c, sl)
-	eff := sl.m.Install(snap, "", false, grant, nil, time.Now())
-	sl.mu.Unlock()
-	if maxEpoch == 0 && len(merged) == 0 {
-		s.log.Info("region created", "region", c, "asked", len(asked))
-		s.metrics.takeovers.WithLabelValues(takeoverCreated).Inc()
-	} else {
-		s.metrics.takeovers.WithLabelValues(takeoverRebuilt).Inc()
-		s.log.Warn("region rebuilt from members' caches after losing coordinator and replica; updates newer than the cached versions may be lost",
-			"region", c, "epoch", snap.Epoch, "objects", len(merged), "caches", sources, "members_asked", len(peers))
-	}
-	s.run(c, sl, eff)
 }

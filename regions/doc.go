@@ -51,7 +51,9 @@
 //     replica, or whichever peer now believes itself closest, acquires the
 //     region: it asks the next closest peers what they hold and takes over
 //     from the freshest copy (its own, or by a state transfer), in a new
-//     epoch, then picks a new replica and sends it a snapshot.
+//     epoch, then picks a new replica and sends it a snapshot. Whom it
+//     asks and what it takes are decided by another deterministic state
+//     machine (acquisition.go), which the Service drives (acquire.go).
 //   - Hand-off: a coordinator that sees a closer live peer nudges it; that
 //     peer asks for the state. The coordinator finishes its batch in flight,
 //     hands over a snapshot in a new epoch and becomes the replica; the old
@@ -108,7 +110,7 @@
 // hand the region to), which the copy carries: a copy whose grant names
 // another peer is believed only with that peer's assignment to its holder,
 // and of copies under one lease the holder's own, then the latest
-// assigned, then the longest is the freshest (acquire.go fresher); they
+// assigned, then the longest is the freshest (fresher.go); they
 // seal what the replica holds after each message (a signed hash of the
 // state at its seq), and a copy the grant's holder assigned is taken over
 // only if it hashes to that seal (trust.go checkSeal); a
