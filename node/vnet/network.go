@@ -81,12 +81,20 @@ func (n *Network) AddHost(key crypto.PrivKey, addr ma.Multiaddr, opts HostOption
 	return vh, nil
 }
 
+// unregister forgets a host that closed and takes it off the network, as
+// a process that exits leaves nothing to dial: its links go and a dial to
+// it fails at once (as a refused connection does) instead of reaching a
+// closed host. A host added since with the same identity (a restart)
+// stays.
 func (n *Network) unregister(h *Host) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.hosts[h.ID()] == h {
-		delete(n.hosts, h.ID())
+	p := h.ID()
+	if n.hosts[p] != h {
+		return
 	}
+	delete(n.hosts, p)
+	n.removeLocked(p)
 }
 
 // Host is p's host, nil once it closed.
@@ -157,6 +165,11 @@ func (n *Network) unlinkLocked(a, b peer.ID) {
 func (n *Network) Remove(p peer.ID) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.removeLocked(p)
+}
+
+// removeLocked marks p down and removes its links. n.mu is held.
+func (n *Network) removeLocked(p peer.ID) {
 	n.down[p] = true
 	for q := range n.linked[p] {
 		n.unlinkLocked(p, q)

@@ -70,6 +70,8 @@ type Cluster struct {
 	addrs int
 	// cut are the pairs Partition cut, for Heal to reconnect.
 	cut [][2]peer.ID
+
+	closeOnce sync.Once
 }
 
 // Peer is one peer of a cluster.
@@ -124,7 +126,7 @@ func New(t testing.TB, count int, opts Options) *Cluster {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cluster{Net: vnet.New(opts.Latency), t: t, opts: opts}
-	t.Cleanup(c.close)
+	t.Cleanup(c.Close)
 	if !opts.NoBootstrap {
 		h, err := c.Net.AddHost(c.keyFor(), c.addr(), vnet.HostOptions{})
 		if err != nil {
@@ -141,8 +143,11 @@ func New(t testing.TB, count int, opts Options) *Cluster {
 	return c
 }
 
-// close ends the cluster: peers first, all at once (one by one, thirty DHT
-// shutdowns add up), then the bootstrap node and the network.
+// Close ends the cluster before the test does (it ends with the test
+// anyway): peers first, all at once (one by one, thirty DHT shutdowns add
+// up), then the bootstrap node and the network.
+func (c *Cluster) Close() { c.closeOnce.Do(c.close) }
+
 func (c *Cluster) close() {
 	var wg sync.WaitGroup
 	for _, p := range c.Peers() {
