@@ -9,13 +9,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
 // startAccounts runs an account server with a light password hash and
@@ -80,7 +80,7 @@ func (inMemoryAccounts) RoundTrip(req *http.Request) (*http.Response, error) {
 // region store with their tokens (each coordinator demands one), saves on
 // exit and restores the character in a second session.
 func TestAccountLoginSaveRestore(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		url := startAccounts(t)
 		rc := game.RegionCoord{X: 0, Y: 1}
 		password := []string{"first-password", "second-password"}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -17,6 +16,7 @@ import (
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/bootstrap/accounts/token"
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions/guard"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -69,7 +69,7 @@ func counterValue(t *testing.T, p *Peer, reason string) float64 {
 // positions, cards or chat lines reach the logged-in players, and the
 // refusals are counted.
 func TestTopicsAdmitOnlyTokenHolders(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		url := startAccounts(t)
 		stolen, pub := stolenToken(t, url)
 		rc := game.RegionCoord{X: 1, Y: 0}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -24,6 +23,7 @@ import (
 	"github.com/overworld-p2p/overworld/game/play/playpb"
 	"github.com/overworld-p2p/overworld/node/pbframe"
 	"github.com/overworld-p2p/overworld/node/vnet"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
 // accountNet starts one logged-in player per name in region rc.
@@ -122,7 +122,7 @@ func knowsCard(p, q *Peer) bool {
 // under her own name, and his whisper to "alice" reaches alice, never
 // mallory.
 func TestAdversarialImpersonation(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		url := startAccounts(t)
 		rc := game.RegionCoord{X: 1, Y: 0}
 		tn := accountNet(t, url, []string{"alice", "bob", "mallory"}, rc)
@@ -220,7 +220,7 @@ func TestAdversarialImpersonation(t *testing.T) {
 // (the burst and one per chatEvery since the flood began), drops the rest
 // unforwarded and counts them.
 func TestAdversarialChatFlood(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		rc := game.RegionCoord{X: 0, Y: 0}
 		tn := newTestNet(t, 2, rc, nil)
 		bob, mallory := tn.peers[0], tn.peers[1]
@@ -262,7 +262,7 @@ func TestAdversarialChatFlood(t *testing.T) {
 // card shows her (the declared state is not used: the fight counts as
 // stale), and a card raising her skill by ninety at once is refused.
 func TestAdversarialFightStats(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		rc := game.RegionCoord{X: 0, Y: 0}
 		tn := newTestNet(t, 2, rc, sideBySide(t, rc))
 		bob, mallory := tn.peers[0], tn.peers[1]
@@ -325,7 +325,7 @@ func TestAdversarialFightStats(t *testing.T) {
 // rule, both ways round, and one that forges its result: every time both
 // sides flag the mismatch and count it.
 func TestAdversarialFightMismatch(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		rc := game.RegionCoord{X: 0, Y: 0}
 		tn := newTestNet(t, 2, rc, sideBySide(t, rc))
 		bob, mallory := tn.peers[0], tn.peers[1]
@@ -415,7 +415,7 @@ func TestAdversarialFightMismatch(t *testing.T) {
 // they agree on whether the inputs were the same, never report a
 // mismatch, and with the same inputs compute the same outcome, the rule's.
 func TestFightSidesAgree(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		rc := game.RegionCoord{X: 0, Y: 0}
 		tn := newTestNet(t, 2, rc, sideBySide(t, rc))
 		a, b := tn.peers[0], tn.peers[1]
@@ -482,7 +482,7 @@ func TestFightSidesAgree(t *testing.T) {
 // stream and announces a frame of 4 MiB. The defender checks its token
 // before reading a byte, refuses it and counts it; nothing changes.
 func TestAdversarialUnloggedFightStream(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		url := startAccounts(t)
 		rc := game.RegionCoord{X: 0, Y: 0}
 		tn := accountNet(t, url, []string{"bob"}, rc)
@@ -564,7 +564,7 @@ func (l *losingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // from the stored version instead of failing with a conflict, and the
 // character saved last is the one a new session loads.
 func TestSaveNeverConflictsWithItself(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		url := startAccounts(t)
 		lossy := &losingTransport{base: inMemoryAccounts{}}
 		lossy.lose.Store(2)

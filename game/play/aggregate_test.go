@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
 
@@ -98,7 +98,7 @@ func (l *seqLog) largestStep(p peer.ID) uint64 {
 // coordinator's included, whose own updates travel in its batches before
 // every survivor names it.
 func TestAggregatedCoordinatorKilled(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		rc := game.RegionCoord{X: 1, Y: 1}
 		const count = 4
 		logs := make([]*seqLog, count)

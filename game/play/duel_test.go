@@ -4,13 +4,13 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
 // TestDuelPieces runs fights over FightProtocol between two virtual hosts
@@ -20,7 +20,7 @@ import (
 // as it saw it, whatever the attack declares, and a stale view is told
 // apart from a mismatch; a stale counter is refused with its reason.
 func TestDuelPieces(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		hs := connectedHosts(t, nil)
 		attacker, defender := hs[0], hs[1]
 		aID, dID := game.PlayerID(attacker.ID().String()), game.PlayerID(defender.ID().String())

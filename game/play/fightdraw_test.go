@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -20,6 +19,7 @@ import (
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play/playpb"
 	"github.com/overworld-p2p/overworld/node/pbframe"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
 // even is a fighter whose attacks on its equal hit 60 times in a hundred
@@ -127,7 +127,7 @@ func hostileAttack(t *testing.T, ctx context.Context, h host.Host, to host.Host,
 // so the bound cannot flake — while the same choices against 2.0.0's seed
 // would have hit every time.
 func TestAdversarialFightGrinding(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		const fights = 400
 		mean, sd := 0.6*fights, math.Sqrt(fights*0.6*0.4)
 		upper := int(mean + 5*sd)
@@ -214,7 +214,7 @@ func TestAdversarialFightGrinding(t *testing.T) {
 // attacker's, to make the attack miss). The attacker refuses the outcome
 // (ErrBadNonce), applies no damage and counts it.
 func TestAdversarialFightNonceSwap(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		rc := game.RegionCoord{X: 0, Y: 0}
 		tn := newTestNet(t, 2, rc, sideBySide(t, rc))
 		bob, mallory := tn.peers[0], tn.peers[1]

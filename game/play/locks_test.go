@@ -4,10 +4,10 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
 // TestEatUnderLocks: two players over TCP on 127.0.0.1 eat at once from
@@ -17,7 +17,7 @@ import (
 // both eat (a read-write against the version read would have let one of
 // them conflict).
 func TestEatUnderLocks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		cfg := testGame()
 		rc := game.RegionCoord{X: 1, Y: 0}
 		food := isolatedFood(t, cfg, rc)

@@ -3,12 +3,12 @@ package play
 import (
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
 // TestDecideDefence plays the defender's decision on every refusal and at
@@ -79,7 +79,7 @@ func TestInputLatch(t *testing.T) {
 // the peer serves no fight or whisper stream, is in no chat topic, and
 // runs no more.
 func TestCloseStopsEveryPart(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		rc := game.RegionCoord{X: 0, Y: 0}
 		tn := newTestNet(t, 1, rc, nil)
 		p := tn.peers[0]

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -207,7 +206,7 @@ func isolatedFood(t *testing.T, cfg game.Config, rc game.RegionCoord) game.Objec
 // runtime: positions, the race for the last unit of food, a fight, region
 // chat and a whisper.
 func TestPlayersTogether(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		cfg := testGame()
 		rc := game.RegionCoord{X: 1, Y: 0}
 		food := isolatedFood(t, cfg, rc)

@@ -2,12 +2,12 @@ package play
 
 import (
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
 
@@ -16,7 +16,7 @@ import (
 // position updates announce the respawn as a relocation, so the receiver
 // neither rejects them as a teleport nor penalises the sender.
 func TestRespawnIsNoTeleport(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		cfg := testGame()
 		rc := game.RegionCoord{X: 0, Y: 1}
 		var spawn game.Vec // where player 0 respawns after its first death

@@ -3,12 +3,12 @@ package play
 import (
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
 
@@ -39,7 +39,7 @@ func (c *summaryCounts) of(p peer.ID) int {
 // TCP on 127.0.0.1: every player sees the other three, and hears the two of the
 // other region from their coordinator's summaries.
 func TestSummariesBetweenRegions(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		const count = 4
 		counts := make([]*summaryCounts, count)
 		// Each stands near its region's middle, far from the border (a player

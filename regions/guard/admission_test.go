@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -126,7 +125,7 @@ func waitCtx(t *testing.T) context.Context {
 // admitted until the token's expiry; every other answer refuses it, with
 // the reason kept.
 func TestAdmissionVerdicts(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		clk := newFakeClock()
 		now := clk.Now()
 		pub, key, _ := ed25519.GenerateKey(rand.Reader)
@@ -192,7 +191,7 @@ func TestAdmissionVerdicts(t *testing.T) {
 // token it stays admitted and is asked again later; once it shows a new
 // one, the peer stays admitted past the old expiry, with no gap.
 func TestAdmissionRefetchesBeforeExpiry(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		clk := newFakeClock()
 		t0 := clk.Now()
 		pub, key, _ := ed25519.GenerateKey(rand.Reader)
@@ -252,7 +251,7 @@ func ptr[T any](v T) *T { return &v }
 // TestAdmissionRefreshesQuietPeers: the upkeep renews the token of a
 // connected peer that sends nothing.
 func TestAdmissionRefreshesQuietPeers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		clk := newFakeClock()
 		t0 := clk.Now()
 		pub, key, _ := ed25519.GenerateKey(rand.Reader)
@@ -274,7 +273,7 @@ func TestAdmissionRefreshesQuietPeers(t *testing.T) {
 // messages name it, then again only after a doubling backoff; a refused
 // peer is asked again only after RecheckRefused.
 func TestAdmissionBacksOff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		clk := newFakeClock()
 		pub, _, _ := ed25519.GenerateKey(rand.Reader)
 		hs := mockHosts(t, 2)
@@ -336,7 +335,7 @@ func TestAdmissionBacksOff(t *testing.T) {
 // TestAdmissionDedupesAsks: concurrent checks of an unknown peer share one
 // ask, and Wait returns its outcome.
 func TestAdmissionDedupesAsks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		clk := newFakeClock()
 		now := clk.Now()
 		pub, key, _ := ed25519.GenerateKey(rand.Reader)
@@ -378,7 +377,7 @@ func TestAdmissionDedupesAsks(t *testing.T) {
 // TestAdmissionBookBounded: a flood of unknown authors never grows the
 // book past MaxPeers nor pushes out a peer with a current token.
 func TestAdmissionBookBounded(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		clk := newFakeClock()
 		now := clk.Now()
 		pub, key, _ := ed25519.GenerateKey(rand.Reader)
@@ -407,7 +406,7 @@ func TestAdmissionBookBounded(t *testing.T) {
 // TestAdmissionPrefetchesOnConnect: a new connection is asked at once, so
 // the first message of an honest peer finds it admitted.
 func TestAdmissionPrefetchesOnConnect(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		clk := newFakeClock()
 		now := clk.Now()
 		pub, key, _ := ed25519.GenerateKey(rand.Reader)
@@ -429,7 +428,7 @@ func TestAdmissionPrefetchesOnConnect(t *testing.T) {
 // TestAdmissionClose: after Close the Admission stops serving its token
 // and asks nobody, while Check still answers from the book.
 func TestAdmissionClose(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		clk := newFakeClock()
 		now := clk.Now()
 		pub, key, _ := ed25519.GenerateKey(rand.Reader)
@@ -455,7 +454,7 @@ func TestAdmissionClose(t *testing.T) {
 // refused, asked again soon (RetryMin), Pending while that recheck runs,
 // and admitted once it serves a valid token.
 func TestAdmissionLateServer(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		clk := newFakeClock()
 		now := clk.Now()
 		pub, key, _ := ed25519.GenerateKey(rand.Reader)

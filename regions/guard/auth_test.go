@@ -7,13 +7,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts/token"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 )
 
@@ -76,7 +76,7 @@ func TestTokenAuthorizer(t *testing.T) {
 // or a garbage token, and writes nothing for it; the same peer with its
 // own token is served.
 func TestCoordinatorRefusesBadTokens(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		as := newAccountServer(t, time.Second)
 		cl := newCluster(t, as)
 		for _, name := range []string{"alice", "bob", "mallory"} {

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/overworld-p2p/overworld/bootstrap/leases"
@@ -73,7 +72,7 @@ func (f *fakeLeases) releasedIDs() []uint64 {
 // holds no lease, comes back when the service answers, and releases the
 // lease when the role ends.
 func TestLeaseGate(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		svc := &fakeLeases{recs: map[string]leases.Record{}}
 		g, err := NewLeaseGate(GateConfig{World: world, Client: svc,
 			Holder: leases.HolderConfig{RetryEvery: 20 * time.Millisecond}, ProbeEvery: 20 * time.Millisecond, Logger: testLogger()})

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -33,7 +32,7 @@ func TestLeaseHandOver(t *testing.T) {
 		{"cut from the account server and the peers", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { testHandOver(t, tc.isolate) })
+			vnettest.Run(t, func(t *testing.T) { testHandOver(t, tc.isolate) })
 		})
 	}
 }

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -21,7 +21,7 @@ import (
 func TestAdmission(t *testing.T) {
 	for _, aggregate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("aggregate=%v", aggregate), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			vnettest.Run(t, func(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				mn := newNet(t, time.Millisecond)

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -201,7 +201,7 @@ func (sc *attackScene) assertAttackerAt(pos position.Vec) {
 // teleport. (TestTracker shows what the most a receiver allows buys: no
 // more than MaxDelay+MaxClockSkew of walking.)
 func TestAdversarialBackdatedPosition(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		sc := newAttackScene(t, 3)
 		far := position.Vec{X: 3*sc.cfg.RegionUnits - 10, Y: 3*sc.cfg.RegionUnits - 10} // the far corner of the world
 
@@ -223,7 +223,7 @@ func TestAdversarialBackdatedPosition(t *testing.T) {
 // burst plus two per interval since the flood began, by the receiver's
 // own clock), drops the rest unforwarded and counts them.
 func TestAdversarialPositionFlood(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		sc := newAttackScene(t, 3)
 		sc.settle()
 		base := make([]int64, len(sc.honest))
@@ -256,7 +256,7 @@ func TestAdversarialPositionFlood(t *testing.T) {
 // old one); the entries it makes up for other players are not, and a
 // batch of only those is ignored as not_coordinator.
 func TestAdversarialBatchFromNonCoordinator(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		// Every honest peer names the first of them the coordinator of every
 		// region, from its first tick on.
 		sc := newAttackScene(t, 3, func(first peer.ID) position.Option {

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -77,7 +77,7 @@ func TestBorderCrossing(t *testing.T) {
 	for _, aggregate := range []bool{false, true} {
 		for _, w := range walks {
 			t.Run(fmt.Sprintf("%s/aggregate=%v", w.name, aggregate), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
+				vnettest.Run(t, func(t *testing.T) {
 					testCrossing(t, crossingConfig(aggregate), w)
 				})
 			})

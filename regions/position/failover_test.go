@@ -5,7 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -147,7 +146,7 @@ func (sc *failoverScene) untilEveryoneHears(what string, n int, batched bool) {
 func TestAggregatedFailover(t *testing.T) {
 	for _, kill := range []string{"crash", "silent"} {
 		t.Run(kill, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			vnettest.Run(t, func(t *testing.T) {
 				sc := newFailoverScene(t, 3)
 				c1, c2 := sc.peers[sceneC1], sc.peers[sceneC2]
 				waitViews(t, sc.peers, sc.cfg.Radius, 3*time.Minute)

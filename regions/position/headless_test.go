@@ -4,11 +4,11 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -19,7 +19,7 @@ import (
 // batches all the same: every player hears every other in its batches, and
 // none falls back to publishing directly once they come.
 func TestHeadlessCoordinatorAggregates(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		mn := newNet(t, time.Millisecond)
 		cfg := testConfig(true)
 		cfg.Interval = 200 * time.Millisecond

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -181,7 +180,7 @@ func testConfig(aggregate bool) position.Config {
 func TestRegionMulticast(t *testing.T) {
 	for _, aggregate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("aggregate=%v", aggregate), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			vnettest.Run(t, func(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				mn := newNet(t, 2*time.Millisecond)
@@ -206,7 +205,7 @@ func TestRegionMulticast(t *testing.T) {
 // TestDeliveriesStayInRadius checks the deliveries themselves, not only the
 // view: no update from beyond the radius ever arrives.
 func TestDeliveriesStayInRadius(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		mn := newNet(t, time.Millisecond)
@@ -255,7 +254,7 @@ func TestDeliveriesStayInRadius(t *testing.T) {
 // attacker in the middle region are rejected by every receiver, never reach
 // a view, and cost the attacker gossipsub score.
 func TestRejectsBadUpdates(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		mn := newNet(t, time.Millisecond)

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -139,7 +138,7 @@ func testSummaries() position.SummaryConfig {
 // players, publishing directly, summarise themselves, and the listener
 // keeps hearing every one of them.
 func TestSummariesOverPeers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		s := newSummaryScene(t, testSummaries())
 		listen := s.logs[s.listener]
 		lsvc := s.peers[s.listener].svc
@@ -232,7 +231,7 @@ func TestSummariesOverPeers(t *testing.T) {
 // others), one naming another peer as its author (rejected as forged).
 // The listener keeps the honest player where the coordinator put it.
 func TestAdversarialSummaries(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		s := newSummaryScene(t, testSummaries())
 		listen := s.logs[s.listener]
 		lsvc := s.peers[s.listener].svc
@@ -290,7 +289,7 @@ func TestAdversarialSummaries(t *testing.T) {
 // forth at two tiles a second. Summaries never carry more than the batch
 // of the same interval, so they cost no more; the figures are logged.
 func TestSummaryBandwidth(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		const intervals = 40
 		cost := map[bool]uint64{}
 		for _, on := range []bool{false, true} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -16,7 +15,7 @@ import (
 // crossing it until it heals, and a crashed peer restarted with its
 // identity joins again.
 func TestClusterInVirtualTime(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	Run(t, func(t *testing.T) {
 		start := time.Now()
 		cl := New(t, 4, Options{Latency: 5 * time.Millisecond})
 		peers := cl.Peers()
