@@ -165,10 +165,24 @@ func (c *Cluster) close() {
 // Add starts one more peer, with extra options on top of Options.Node's.
 func (c *Cluster) Add(extra ...node.Option) *Peer {
 	c.t.Helper()
+	return c.AddKey(c.keyFor(), extra...)
+}
+
+// AddKey is Add with the peer's identity given (a test that places
+// regions by hand picks its peers' IDs).
+func (c *Cluster) AddKey(key crypto.PrivKey, extra ...node.Option) *Peer {
+	c.t.Helper()
+	if id, err := peer.IDFromPrivateKey(key); err == nil {
+		c.mu.Lock()
+		if !slices.Contains(c.ids, id) {
+			c.ids = append(c.ids, id)
+		}
+		c.mu.Unlock()
+	}
 	c.mu.Lock()
 	i := len(c.peers)
 	c.mu.Unlock()
-	p := c.start(i, c.keyFor(), extra)
+	p := c.start(i, key, extra)
 	c.mu.Lock()
 	c.peers = append(c.peers, p)
 	c.mu.Unlock()

@@ -2,11 +2,13 @@ package vnettest
 
 import (
 	"context"
+	"crypto/rand"
 	"slices"
 	"testing"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -123,5 +125,18 @@ func TestSeedPicksIdentities(t *testing.T) {
 	}
 	if a, b := ids(), ids(); !slices.Equal(a, b) {
 		t.Fatalf("seed 42 gave %v, then %v", a, b)
+	}
+}
+
+// TestAddKey: a peer added with its own identity has it.
+func TestAddKey(t *testing.T) {
+	cl := New(t, 1, Options{NoBootstrap: true})
+	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := peer.IDFromPrivateKey(key)
+	if p := cl.AddKey(key); p.ID() != want || p.Index != 1 || len(cl.Peers()) != 2 {
+		t.Fatalf("added %s at %d of %d peers, want %s at 1 of 2", p.ID(), p.Index, len(cl.Peers()), want)
 	}
 }
