@@ -6,23 +6,20 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
-	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play/playpb"
 	"github.com/overworld-p2p/overworld/node/pbframe"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
 // even is a fighter whose attacks on its equal hit 60 times in a hundred
@@ -130,102 +127,85 @@ func hostileAttack(t *testing.T, ctx context.Context, h host.Host, to host.Host,
 // so the bound cannot flake — while the same choices against 2.0.0's seed
 // would have hit every time.
 func TestAdversarialFightGrinding(t *testing.T) {
-	const fights = 400
-	mean, sd := 0.6*fights, math.Sqrt(fights*0.6*0.4)
-	upper := int(mean + 5*sd)
-	// Fixed identities and seeded nonces on both sides: the draws, and so
-	// the counts below, are the same on every run.
-	mn := mocknet.New()
-	defer mn.Close()
-	keys := rand.NewChaCha8([32]byte{'k', 'e', 'y', 's'})
-	var hs []host.Host
-	for i := range 2 {
-		sk, _, err := crypto.GenerateEd25519Key(keys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := mn.AddPeer(sk, ma.StringCast(fmt.Sprintf("/ip4/10.0.0.%d/tcp/4242", i+1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs = append(hs, h)
-	}
-	if err := mn.LinkAll(); err != nil {
-		t.Fatal(err)
-	}
-	if err := mn.ConnectAllButSelf(); err != nil {
-		t.Fatal(err)
-	}
-	attacker, defender := hs[0], hs[1]
-	attackerNonces := rand.NewChaCha8([32]byte{'a', 't', 't'})
-	aID, dID := game.PlayerID(attacker.ID().String()), game.PlayerID(defender.ID().String())
-	records := make(chan FightRecord, 1)
-	honestDefender(t, defender, aID, 1, records)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	vnettest.Run(t, func(t *testing.T) {
+		const fights = 400
+		mean, sd := 0.6*fights, math.Sqrt(fights*0.6*0.4)
+		upper := int(mean + 5*sd)
+		// Fixed identities and seeded nonces on both sides: the draws, and so
+		// the counts below, are the same on every run.
+		keys := rand.NewChaCha8([32]byte{'k', 'e', 'y', 's'})
+		hs := connectedHosts(t, keys)
+		attacker, defender := hs[0], hs[1]
+		attackerNonces := rand.NewChaCha8([32]byte{'a', 't', 't'})
+		aID, dID := game.PlayerID(attacker.ID().String()), game.PlayerID(defender.ID().String())
+		records := make(chan FightRecord, 1)
+		honestDefender(t, defender, aID, 1, records)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
 
-	t.Run("counters", func(t *testing.T) {
-		hits, oldHits := 0, 0
-		counter := uint64(0)
-		for range fights {
-			// The counter whose 2.0.0 seed hits.
-			for counter++; !game.FightOutcome(aID, dID, counter, even, even).Hit; counter++ {
+		step(t, "counters", func(t *testing.T) {
+			hits, oldHits := 0, 0
+			counter := uint64(0)
+			for range fights {
+				// The counter whose 2.0.0 seed hits.
+				for counter++; !game.FightOutcome(aID, dID, counter, even, even).Hit; counter++ {
+				}
+				oldHits++
+				ans, err := sendAttackWith(ctx, game.FightOutcome, attackerNonces, attacker, defender.ID(), NewAttack(aID, dID, counter, even, even))
+				if err != nil || !ans.Accepted {
+					t.Fatalf("fight %d: %+v, %v", counter, ans, err)
+				}
+				rec := <-records
+				if rec.Mismatch || !rec.Settled {
+					t.Fatalf("fight %d: %+v", counter, rec)
+				}
+				if rec.Mine.Hit {
+					hits++
+				}
 			}
-			oldHits++
-			ans, err := sendAttackWith(ctx, game.FightOutcome, attackerNonces, attacker, defender.ID(), NewAttack(aID, dID, counter, even, even))
-			if err != nil || !ans.Accepted {
-				t.Fatalf("fight %d: %+v, %v", counter, ans, err)
+			t.Logf("chosen counters: %d hits of %d (honest mean %.0f, bound %d); under 2.0.0's seed: %d", hits, fights, mean, upper, oldHits)
+			if hits > upper {
+				t.Errorf("%d hits of %d: the counter still steers the roll (bound %d)", hits, fights, upper)
 			}
-			rec := <-records
-			if rec.Mismatch || !rec.Settled {
-				t.Fatalf("fight %d: %+v", counter, rec)
-			}
-			if rec.Mine.Hit {
-				hits++
-			}
-		}
-		t.Logf("chosen counters: %d hits of %d (honest mean %.0f, bound %d); under 2.0.0's seed: %d", hits, fights, mean, upper, oldHits)
-		if hits > upper {
-			t.Errorf("%d hits of %d: the counter still steers the roll (bound %d)", hits, fights, upper)
-		}
-	})
+		})
 
-	t.Run("nonces", func(t *testing.T) {
-		// The rule's own damage distribution, over many draws.
-		var sum, sumSq float64
-		const draws = 100_000
-		for d := range uint64(draws) {
-			v := float64(game.FightOutcome(aID, dID, d*0x9e3779b97f4a7c15, even, even).DefenderDamage)
-			sum, sumSq = sum+v, sumSq+v*v
-		}
-		dmgMean := sum / draws
-		dmgUpper := dmgMean + 5*math.Sqrt((sumSq/draws-dmgMean*dmgMean)/fights)
-		hits, damage := 0, int32(0)
-		var last []byte
-		for i := range fights {
-			counter := uint64(1_000_000 + i)
-			rec, nonce := hostileAttack(t, ctx, attacker, defender, counter, last, records)
-			last = nonce
-			if !rec.Settled || rec.Mismatch {
-				t.Fatalf("fight %d: %+v", counter, rec)
+		step(t, "nonces", func(t *testing.T) {
+			// The rule's own damage distribution, over many draws.
+			var sum, sumSq float64
+			const draws = 100_000
+			for d := range uint64(draws) {
+				v := float64(game.FightOutcome(aID, dID, d*0x9e3779b97f4a7c15, even, even).DefenderDamage)
+				sum, sumSq = sum+v, sumSq+v*v
 			}
-			if rec.Mine.Hit {
-				hits++
+			dmgMean := sum / draws
+			dmgUpper := dmgMean + 5*math.Sqrt((sumSq/draws-dmgMean*dmgMean)/fights)
+			hits, damage := 0, int32(0)
+			var last []byte
+			for i := range fights {
+				counter := uint64(1_000_000 + i)
+				rec, nonce := hostileAttack(t, ctx, attacker, defender, counter, last, records)
+				last = nonce
+				if !rec.Settled || rec.Mismatch {
+					t.Fatalf("fight %d: %+v", counter, rec)
+				}
+				if rec.Mine.Hit {
+					hits++
+				}
+				damage += rec.Mine.DefenderDamage
 			}
-			damage += rec.Mine.DefenderDamage
-		}
-		perFight := float64(damage) / fights
-		t.Logf("chosen nonces: %d hits of %d (honest mean %.0f, bound %d), %.2f damage per fight (honest mean %.2f, bound %.2f)",
-			hits, fights, mean, upper, perFight, dmgMean, dmgUpper)
-		if perFight > dmgUpper {
-			t.Errorf("%.2f damage per fight: the attacker's nonce steers the damage (bound %.2f)", perFight, dmgUpper)
-		}
-		if hits > upper {
-			t.Errorf("%d hits of %d: the attacker's nonce steers the roll (bound %d)", hits, fights, upper)
-		}
-		if hits < int(mean-5*sd) {
-			t.Errorf("%d hits of %d: below the rule's own distribution", hits, fights)
-		}
+			perFight := float64(damage) / fights
+			t.Logf("chosen nonces: %d hits of %d (honest mean %.0f, bound %d), %.2f damage per fight (honest mean %.2f, bound %.2f)",
+				hits, fights, mean, upper, perFight, dmgMean, dmgUpper)
+			if perFight > dmgUpper {
+				t.Errorf("%.2f damage per fight: the attacker's nonce steers the damage (bound %.2f)", perFight, dmgUpper)
+			}
+			if hits > upper {
+				t.Errorf("%d hits of %d: the attacker's nonce steers the roll (bound %d)", hits, fights, upper)
+			}
+			if hits < int(mean-5*sd) {
+				t.Errorf("%d hits of %d: below the rule's own distribution", hits, fights)
+			}
+		})
 	})
 }
 
@@ -234,55 +214,57 @@ func TestAdversarialFightGrinding(t *testing.T) {
 // attacker's, to make the attack miss). The attacker refuses the outcome
 // (ErrBadNonce), applies no damage and counts it.
 func TestAdversarialFightNonceSwap(t *testing.T) {
-	rc := game.RegionCoord{X: 0, Y: 0}
-	tn := newTestNet(t, 2, rc, sideBySide(t, rc))
-	bob, mallory := tn.peers[0], tn.peers[1]
-	syncedCards(t, bob, mallory)
-	mallory.h.SetStreamHandler(protocol.ID(FightProtocol), func(s network.Stream) {
-		defer s.Close()
-		in, err := ReadAttack(s)
-		if err != nil {
-			s.Reset()
-			return
-		}
-		attacker, self := game.PlayerID(s.Conn().RemotePeer().String()), mallory.ID()
-		out, _ := DefendAttack(attacker, self, in, even, even)
-		// Search a nonce of her own that makes bob miss and hit back hard.
-		swapped := make([]byte, NonceBytes)
-		for try := uint64(0); try < 10_000; try++ {
-			binary.BigEndian.PutUint64(swapped, try)
-			res := game.FightOutcome(attacker, self, FightDraw(attacker, self, in.Counter, in.attackerNonce, swapped), even, even)
-			if !res.Hit && res.AttackerDamage >= 3 {
-				out.Nonce, out.Result = swapped, resultOf(res)
-				break
+	vnettest.Run(t, func(t *testing.T) {
+		rc := game.RegionCoord{X: 0, Y: 0}
+		tn := newTestNet(t, 2, rc, sideBySide(t, rc))
+		bob, mallory := tn.peers[0], tn.peers[1]
+		syncedCards(t, bob, mallory)
+		mallory.h.SetStreamHandler(protocol.ID(FightProtocol), func(s network.Stream) {
+			defer s.Close()
+			in, err := ReadAttack(s)
+			if err != nil {
+				s.Reset()
+				return
 			}
+			attacker, self := game.PlayerID(s.Conn().RemotePeer().String()), mallory.ID()
+			out, _ := DefendAttack(attacker, self, in, even, even)
+			// Search a nonce of her own that makes bob miss and hit back hard.
+			swapped := make([]byte, NonceBytes)
+			for try := uint64(0); try < 10_000; try++ {
+				binary.BigEndian.PutUint64(swapped, try)
+				res := game.FightOutcome(attacker, self, FightDraw(attacker, self, in.Counter, in.attackerNonce, swapped), even, even)
+				if !res.Hit && res.AttackerDamage >= 3 {
+					out.Nonce, out.Result = swapped, resultOf(res)
+					break
+				}
+			}
+			_ = WriteOutcome(s, out)
+		})
+		before := bob.Player().Health
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		// Bob attacks as soon as he sees mallory in range and is not cooling
+		// down; the first answer is the swapped one.
+		var err error
+		waitFor(t, 20*time.Second, "bob's attack to be answered", func() bool {
+			_, err = bob.Attack(ctx, mallory.ID())
+			return errors.Is(err, ErrBadNonce) || bob.fightsCounted(t, "attacker", "failed") > 0
+		})
+		if !errors.Is(err, ErrBadNonce) {
+			t.Fatalf("attack on a defender that swapped its nonce: %v", err)
 		}
-		_ = WriteOutcome(s, out)
+		if got := bob.Player().Health; got != before {
+			t.Errorf("bob's health %d -> %d after a void fight", before, got)
+		}
+		if got := bob.fightsCounted(t, "attacker", "bad_nonce"); got != 1 {
+			t.Errorf("bad_nonce counted %v times", got)
+		}
+		// The commitment really binds: another nonce never opens it.
+		n := make([]byte, NonceBytes)
+		c := nonceCommitment(n)
+		n[0] = 1
+		if sha256.Size != len(c) || string(nonceCommitment(n)) == string(c) {
+			t.Fatal("two nonces open the same commitment")
+		}
 	})
-	before := bob.Player().Health
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	// Bob attacks as soon as he sees mallory in range and is not cooling
-	// down; the first answer is the swapped one.
-	var err error
-	waitFor(t, 20*time.Second, "bob's attack to be answered", func() bool {
-		_, err = bob.Attack(ctx, mallory.ID())
-		return errors.Is(err, ErrBadNonce) || bob.fightsCounted(t, "attacker", "failed") > 0
-	})
-	if !errors.Is(err, ErrBadNonce) {
-		t.Fatalf("attack on a defender that swapped its nonce: %v", err)
-	}
-	if got := bob.Player().Health; got != before {
-		t.Errorf("bob's health %d -> %d after a void fight", before, got)
-	}
-	if got := bob.fightsCounted(t, "attacker", "bad_nonce"); got != 1 {
-		t.Errorf("bad_nonce counted %v times", got)
-	}
-	// The commitment really binds: another nonce never opens it.
-	n := make([]byte, NonceBytes)
-	c := nonceCommitment(n)
-	n[0] = 1
-	if sha256.Size != len(c) || string(nonceCommitment(n)) == string(c) {
-		t.Fatal("two nonces open the same commitment")
-	}
 }

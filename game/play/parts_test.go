@@ -8,6 +8,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
 // TestDecideDefence plays the defender's decision on every refusal and at
@@ -78,36 +79,38 @@ func TestInputLatch(t *testing.T) {
 // the peer serves no fight or whisper stream, is in no chat topic, and
 // runs no more.
 func TestCloseStopsEveryPart(t *testing.T) {
-	rc := game.RegionCoord{X: 0, Y: 0}
-	tn := newTestNet(t, 1, rc, nil)
-	p := tn.peers[0]
-	waitFor(t, 20*time.Second, "the peer in its region's chat topic", func() bool {
-		for _, name := range p.n.PubSub().GetTopics() {
-			if name == ChatTopic(p.cfg.World, rc) {
-				return true
+	vnettest.Run(t, func(t *testing.T) {
+		rc := game.RegionCoord{X: 0, Y: 0}
+		tn := newTestNet(t, 1, rc, nil)
+		p := tn.peers[0]
+		waitFor(t, 20*time.Second, "the peer in its region's chat topic", func() bool {
+			for _, name := range p.n.PubSub().GetTopics() {
+				if name == ChatTopic(p.cfg.World, rc) {
+					return true
+				}
+			}
+			return false
+		})
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.done:
+		default:
+			t.Fatal("Close returned before Run did")
+		}
+		for _, id := range p.h.Mux().Protocols() {
+			if id == protocol.ID(FightProtocol) || id == protocol.ID(WhisperProtocol) {
+				t.Errorf("still serving %s", id)
 			}
 		}
-		return false
+		for _, name := range p.n.PubSub().GetTopics() {
+			if strings.HasSuffix(name, ChatTopicSuffix) {
+				t.Errorf("still in chat topic %s", name)
+			}
+		}
+		if err := p.Run(t.Context()); err == nil {
+			t.Error("a closed peer ran again")
+		}
 	})
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	default:
-		t.Fatal("Close returned before Run did")
-	}
-	for _, id := range p.h.Mux().Protocols() {
-		if id == protocol.ID(FightProtocol) || id == protocol.ID(WhisperProtocol) {
-			t.Errorf("still serving %s", id)
-		}
-	}
-	for _, name := range p.n.PubSub().GetTopics() {
-		if strings.HasSuffix(name, ChatTopicSuffix) {
-			t.Errorf("still in chat topic %s", name)
-		}
-	}
-	if err := p.Run(t.Context()); err == nil {
-		t.Error("a closed peer ran again")
-	}
 }

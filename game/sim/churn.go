@@ -169,17 +169,13 @@ func (r *run) leave(p *player) {
 		// Nothing it sent is delivered after this: no new links, its
 		// streams reset (and with them what is in flight), its
 		// connections closed.
-		r.links.cut(p.id)
-		p.host.crash()
-		for _, c := range p.host.Network().Conns() {
-			_ = c.Close()
-		}
+		r.net.Crash(p.id)
 		r.offNetwork(p)
 		r.stopPlayer(p)
 	case LeaveClose:
 		r.offNetwork(p)
 		r.stopPlayer(p)
-		r.links.cut(p.id)
+		r.net.Remove(p.id)
 	default:
 		p.gate.leaving.Store(true)
 		if p.rsvc != nil {
@@ -187,7 +183,7 @@ func (r *run) leave(p *player) {
 		}
 		r.offNetwork(p)
 		r.stopPlayer(p)
-		r.links.cut(p.id)
+		r.net.Remove(p.id)
 	}
 	r.roles.stopped(p)
 }

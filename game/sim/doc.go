@@ -13,9 +13,9 @@
 // report and SVG plots, and plots several reports against player count
 // (scale.go).
 //
-// Data flow: Run builds the players (population.go): a mocknet host per
-// player behind a latencyHost that adds each link's one-way latency,
-// pipelined, and links peers on first contact; a node, a position.Service
+// Data flow: Run builds the players (population.go): a host of the
+// virtual network (node/vnet) per player, which adds each link's one-way
+// latency, pipelined, and links peers on first contact; a node, a position.Service
 // and, for the workload, churn or DHT placement, a regions.Service and an
 // actor that eats and fights (workload.go): eats are read-writes of the
 // region's food objects through the region coordinator, as game/play does;

@@ -35,7 +35,7 @@ func measureMemory(online []*player) Memory {
 		n := len(p.host.Network().Peers())
 		totalPeers += float64(n)
 		peers = append(peers, float64(n))
-		streams = append(streams, float64(p.host.openStreams()))
+		streams = append(streams, float64(p.host.OpenStreams()))
 	}
 	m.PeersPerPlayer, m.StreamsPerPlayer = summarise(peers), summarise(streams)
 	runtime.GC()

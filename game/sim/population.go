@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -12,14 +11,13 @@ import (
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/vnet"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -27,11 +25,11 @@ import (
 // The population: every player that is or was online, the directory of
 // those online, and how a player joins and leaves.
 //
-// A player is a full peer: a mocknet host behind a latencyHost, a node
+// A player is a full peer: a host of the virtual network (node/vnet), a node
 // (gossipsub and the DHT), a position service, and, when the run needs
 // regions (workload, churn or DHT placement), a region service and the
 // eat-and-fight actor. Links of the in-memory network are made on first
-// contact (linker), not between every pair up front: the all-pairs links
+// contact (vnet.Network), not between every pair up front: the all-pairs links
 // grow as the square of the players (about 0.7 GB at 1000).
 
 // player is one simulated peer.
@@ -46,7 +44,7 @@ type player struct {
 	wire   *wireCounter
 	follow *follower
 	walker *Walker
-	host   *latencyHost
+	host   *vnet.Host
 	actor  *actor     // nil without workload or with play bots
 	peer   *play.Peer // with play bots: the player's runtime (svc, walker and actor are nil)
 
@@ -88,85 +86,6 @@ func (g *leaveGate) Allowed(regions.Coord) (uint64, bool) { return 0, true }
 func (g *leaveGate) Eligible(regions.Coord) bool { return !g.leaving.Load() }
 
 var _ regions.Eligibility = (*leaveGate)(nil)
-
-// linker links two peers of the in-memory network when one first dials
-// the other, and never again once either has crashed or left. It also
-// knows every player's latencyHost, which opens memStreams to the others.
-type linker struct {
-	mn     mocknet.Mocknet
-	mu     sync.Mutex
-	linked map[peer.ID]map[peer.ID]struct{}
-	gone   map[peer.ID]bool
-	hosts  map[peer.ID]*latencyHost
-}
-
-var errGone = errors.New("peer is gone")
-
-func newLinker(mn mocknet.Mocknet) *linker {
-	return &linker{mn: mn, linked: map[peer.ID]map[peer.ID]struct{}{}, gone: map[peer.ID]bool{},
-		hosts: map[peer.ID]*latencyHost{}}
-}
-
-func (l *linker) register(h *latencyHost) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.hosts[h.ID()] = h
-}
-
-func (l *linker) unregister(h *latencyHost) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.hosts[h.ID()] == h {
-		delete(l.hosts, h.ID())
-	}
-}
-
-// host is p's latencyHost, nil once it closed.
-func (l *linker) host(p peer.ID) *latencyHost {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.hosts[p]
-}
-
-// ensure links a and b unless they are linked already.
-func (l *linker) ensure(a, b peer.ID) error {
-	if a == b {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.gone[a] || l.gone[b] {
-		return fmt.Errorf("link %s-%s: %w", a, b, errGone)
-	}
-	if _, ok := l.linked[a][b]; ok {
-		return nil
-	}
-	if _, err := l.mn.LinkPeers(a, b); err != nil {
-		return fmt.Errorf("link %s-%s: %w", a, b, err)
-	}
-	for _, pair := range [2][2]peer.ID{{a, b}, {b, a}} {
-		m := l.linked[pair[0]]
-		if m == nil {
-			m = map[peer.ID]struct{}{}
-			l.linked[pair[0]] = m
-		}
-		m[pair[1]] = struct{}{}
-	}
-	return nil
-}
-
-// cut removes every link of p and marks it gone: nobody can dial it
-// again. The connections still open are closed by the caller.
-func (l *linker) cut(p peer.ID) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.gone[p] = true
-	for q := range l.linked[p] {
-		_ = l.mn.UnlinkPeers(p, q)
-		delete(l.linked[q], p)
-	}
-	delete(l.linked, p)
-}
 
 // placer orders the online players by XOR distance to a region's key, as
 // regions.Placement does over the same list, with every hash computed
@@ -306,13 +225,18 @@ func (r *run) newPlayer(ctx context.Context, idx int, start regions.Coord) (*pla
 	if err != nil {
 		return nil, err
 	}
-	h, err := r.mn.AddPeer(key, mockAddr(idx+1))
+	self, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("player %d identity: %w", idx, err)
+	}
+	h, err := r.net.AddHost(key, vnet.Addr(idx+1), vnet.HostOptions{
+		Latency: func(remote peer.ID) time.Duration { return r.latency(self, remote) },
+		Tracked: workloadProtocol})
 	if err != nil {
 		return nil, fmt.Errorf("player %d host: %w", idx, err)
 	}
 	p := &player{idx: idx, id: h.ID(), start: start, wire: &wireCounter{}, follow: &follower{}, gate: &leaveGate{}, reg: prometheus.NewRegistry()}
-	self := h.ID()
-	p.host = newLatencyHost(h, func(remote peer.ID) time.Duration { return r.latency(self, remote) }, r.links)
+	p.host = h
 	opts := []node.Option{node.WithHost(p.host), node.WithEveryPeerReachable(),
 		node.WithRegisterer(p.reg),
 		node.WithGossipSubParams(SimGossipSubParams()),
@@ -442,14 +366,5 @@ func (r *run) stopPlayer(p *player) {
 
 // connect dials b from a over the in-memory network, linking them first.
 func (r *run) connect(a, b peer.ID) error {
-	if a == b || r.mn.Net(a).Connectedness(b) == network.Connected {
-		return nil
-	}
-	if err := r.links.ensure(a, b); err != nil {
-		return err
-	}
-	if _, err := r.mn.ConnectPeers(a, b); err != nil {
-		return fmt.Errorf("connect %s to %s: %w", a, b, err)
-	}
-	return nil
+	return r.net.Connect(a, b)
 }

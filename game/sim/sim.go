@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,11 +19,10 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
-	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/vnet"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -217,20 +215,13 @@ func linkLatency(seed uint64, a, b peer.ID, lo, hi time.Duration) time.Duration 
 	return lo + time.Duration(h.Sum64()%(span+1))
 }
 
-func mockAddr(i int) ma.Multiaddr {
-	ip := net.ParseIP("100::")
-	ip[12], ip[13], ip[14], ip[15] = byte(i>>24), byte(i>>16), byte(i>>8), byte(i)
-	return ma.StringCast(fmt.Sprintf("/ip6/%s/tcp/4242", ip))
-}
-
 // run is one simulation's state.
 type run struct {
 	cfg   Config
 	pc    position.Config
 	grid  position.Grid
 	log   *slog.Logger
-	mn    mocknet.Mocknet
-	links *linker
+	net   *vnet.Network
 	place *placer
 	rec   *delays
 	stats *opStats
@@ -317,10 +308,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("bot speed %d above the speed limit %d", cfg.Speed, pc.MaxSpeed)
 	}
 	wallStart := wallClock()
-	mn := mocknet.New()
 	runCtx, stop := context.WithCancel(ctx)
 	r := &run{
-		cfg: cfg, pc: pc, grid: pc.Grid(), log: log, mn: mn, links: newLinker(mn), place: newPlacer(pc.World),
+		cfg: cfg, pc: pc, grid: pc.Grid(), log: log, net: vnet.New(0), place: newPlacer(pc.World),
 		rec: &delays{}, stats: newOpStats(), roles: newRoleLog(), ctx: runCtx, byID: map[peer.ID]*player{},
 	}
 	var runners sync.WaitGroup
@@ -523,16 +513,12 @@ func (r *run) teardown(runners *sync.WaitGroup) {
 		wg.Go(func() { p.node.Close() })
 	}
 	wg.Wait()
-	_ = r.mn.Close()
+	_ = r.net.Close()
 	// A stream opened while its host was closing can outlive the close;
 	// give such stragglers a moment, then close what is left, so that no
 	// goroutine of the run survives it.
 	time.Sleep(time.Second)
-	for _, n := range r.mn.Nets() {
-		for _, c := range n.Conns() {
-			_ = c.Close()
-		}
-	}
+	r.net.CloseConns()
 }
 
 // drive moves every online bot each step, in join order, by one step. On

@@ -50,9 +50,9 @@ const minOnlineSeconds = 1.0
 
 func (r *run) snapshotOf(p *player) *snapshot {
 	s := &snapshot{wire: p.wire.snapshot(), stats: p.positionStats(),
-		workloadOut: p.host.workloadOut.Load(), workloadIn: p.host.workloadIn.Load(),
 		takeovers: map[string]uint64{}, answers: map[string]uint64{}, play: map[string]uint64{},
 		lostFollowing: p.follow.lost.Load(), dueFollowing: p.follow.due.Load()}
+	s.workloadOut, s.workloadIn = p.host.TrackedBytes()
 	if p.rsvc == nil {
 		return s
 	}

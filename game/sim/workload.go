@@ -20,6 +20,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
+	"github.com/overworld-p2p/overworld/node/vnet"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -528,7 +529,7 @@ func (a *actor) locate(ctx context.Context, c regions.Coord) error {
 			if p == "" || p == a.self || a.p.host.Network().Connectedness(p) == network.Connected {
 				continue
 			}
-			if err := a.sim.connect(a.self, p); err != nil && !errors.Is(err, errGone) {
+			if err := a.sim.connect(a.self, p); err != nil && !errors.Is(err, vnet.ErrDown) {
 				return fmt.Errorf("connect to the coordinator: %s", classify(err))
 			}
 		}

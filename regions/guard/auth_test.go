@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts/token"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 )
 
@@ -75,49 +76,51 @@ func TestTokenAuthorizer(t *testing.T) {
 // or a garbage token, and writes nothing for it; the same peer with its
 // own token is served.
 func TestCoordinatorRefusesBadTokens(t *testing.T) {
-	as := newAccountServer(t, time.Second)
-	cl := newCluster(t, as)
-	for _, name := range []string{"alice", "bob", "mallory"} {
-		cl.add(t, name, false)
-	}
-	x := cl.members[2]
-	// A region that mallory does not coordinate, so its requests go out.
-	var region regions.Coord
-	for i := 0; ; i++ {
-		region = regions.Coord{X: i % 4, Y: i / 4}
-		if co, _ := regions.Placement(regions.Key(world, region), cl.ids()); co != x.id() {
-			break
+	vnettest.Run(t, func(t *testing.T) {
+		as := newAccountServer(t, time.Second)
+		cl := newCluster(t, as)
+		for _, name := range []string{"alice", "bob", "mallory"} {
+			cl.add(t, name, false)
 		}
-	}
-	cl.settle(t, region)
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown*20*time.Second)
-	defer cancel()
-	if _, err := x.svc.Client().Initialize(ctx, region, "own", []byte("1")); err != nil {
-		t.Fatalf("with its own token: %v", err)
-	}
-	now := time.Now()
-	for _, tc := range []struct {
-		name string
-		tok  []byte
-		want string
-	}{
-		{"no token", []byte{}, "no login token"},
-		{"another peer's token", cl.members[0].guard.Tokens.Token(), "another peer"},
-		{"expired token", signed(t, as.key, x.id(), now.Add(-2*time.Hour), now.Add(-time.Hour)), "expired"},
-		{"garbage token", []byte("ow1.garbage.garbage"), "malformed"},
-	} {
-		x.token.Store(&tc.tok)
-		_, err := x.svc.Client().Initialize(ctx, region, "stolen", []byte("2"))
-		if !errors.Is(err, regions.ErrRejected) || !strings.Contains(err.Error(), "denied") || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: got %v, want a denial naming %q", tc.name, err, tc.want)
+		x := cl.members[2]
+		// A region that mallory does not coordinate, so its requests go out.
+		var region regions.Coord
+		for i := 0; ; i++ {
+			region = regions.Coord{X: i % 4, Y: i / 4}
+			if co, _ := regions.Placement(regions.Key(world, region), cl.ids()); co != x.id() {
+				break
+			}
 		}
-	}
-	x.token.Store(nil)
-	st, err := cl.members[0].svc.Client().Get(ctx, region)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(st.Objects) != 1 || st.Objects[0].ID != "own" {
-		t.Fatalf("region holds %+v, want only the object written with a valid token", st.Objects)
-	}
+		cl.settle(t, region)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := x.svc.Client().Initialize(ctx, region, "own", []byte("1")); err != nil {
+			t.Fatalf("with its own token: %v", err)
+		}
+		now := time.Now()
+		for _, tc := range []struct {
+			name string
+			tok  []byte
+			want string
+		}{
+			{"no token", []byte{}, "no login token"},
+			{"another peer's token", cl.members[0].guard.Tokens.Token(), "another peer"},
+			{"expired token", signed(t, as.key, x.id(), now.Add(-2*time.Hour), now.Add(-time.Hour)), "expired"},
+			{"garbage token", []byte("ow1.garbage.garbage"), "malformed"},
+		} {
+			x.token.Store(&tc.tok)
+			_, err := x.svc.Client().Initialize(ctx, region, "stolen", []byte("2"))
+			if !errors.Is(err, regions.ErrRejected) || !strings.Contains(err.Error(), "denied") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: got %v, want a denial naming %q", tc.name, err, tc.want)
+			}
+		}
+		x.token.Store(nil)
+		st, err := cl.members[0].svc.Client().Get(ctx, region)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Objects) != 1 || st.Objects[0].ID != "own" {
+			t.Fatalf("region holds %+v, want only the object written with a valid token", st.Objects)
+		}
+	})
 }

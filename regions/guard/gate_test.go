@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/overworld-p2p/overworld/bootstrap/leases"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 )
 
@@ -71,49 +72,51 @@ func (f *fakeLeases) releasedIDs() []uint64 {
 // holds no lease, comes back when the service answers, and releases the
 // lease when the role ends.
 func TestLeaseGate(t *testing.T) {
-	svc := &fakeLeases{recs: map[string]leases.Record{}}
-	g, err := NewLeaseGate(GateConfig{World: world, Client: svc,
-		Holder: leases.HolderConfig{RetryEvery: 20 * time.Millisecond}, ProbeEvery: 20 * time.Millisecond, Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	c := regions.Coord{X: 2, Y: 3}
-	if _, ok := g.Allowed(c); ok {
-		t.Fatal("allowed without a lease")
-	}
-	if !g.Eligible(c) {
-		t.Fatal("not eligible before any failure")
-	}
-	g.OnRoleChange(c, regions.RoleCoordinator)
-	waitUntil(t, 5*time.Second, "the lease", func() bool { _, ok := g.Allowed(c); return ok })
-	if id, _ := g.Allowed(c); id != 1 {
-		t.Fatalf("lease ID %d, want 1", id)
-	}
-	if _, ok := g.Allowed(regions.Coord{}); ok {
-		t.Fatal("allowed in a region this peer does not coordinate")
-	}
-
-	svc.down.Store(true)
-	waitUntil(t, 5*time.Second, "commits to stop once the lease cannot be renewed", func() bool { _, ok := g.Allowed(c); return !ok })
-	waitUntil(t, 5*time.Second, "stepping aside", func() bool { return !g.Eligible(c) && !g.Eligible(regions.Coord{}) })
-
-	svc.down.Store(false)
-	waitUntil(t, 5*time.Second, "eligible again", func() bool { return g.Eligible(regions.Coord{}) })
-	waitUntil(t, 5*time.Second, "a new lease", func() bool { id, ok := g.Allowed(c); return ok && id > 1 })
-	id, _ := g.Allowed(c)
-
-	g.OnRoleChange(c, regions.RoleReplica)
-	if _, ok := g.Allowed(c); ok {
-		t.Fatal("allowed after the role ended")
-	}
-	waitUntil(t, 5*time.Second, "the lease to be released", func() bool {
-		for _, r := range svc.releasedIDs() {
-			if r == id {
-				return true
-			}
+	vnettest.Run(t, func(t *testing.T) {
+		svc := &fakeLeases{recs: map[string]leases.Record{}}
+		g, err := NewLeaseGate(GateConfig{World: world, Client: svc,
+			Holder: leases.HolderConfig{RetryEvery: 20 * time.Millisecond}, ProbeEvery: 20 * time.Millisecond, Logger: testLogger()})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return false
+		defer g.Close()
+		c := regions.Coord{X: 2, Y: 3}
+		if _, ok := g.Allowed(c); ok {
+			t.Fatal("allowed without a lease")
+		}
+		if !g.Eligible(c) {
+			t.Fatal("not eligible before any failure")
+		}
+		g.OnRoleChange(c, regions.RoleCoordinator)
+		vnettest.EventuallyWithin(t, 5*time.Second, "the lease", func() bool { _, ok := g.Allowed(c); return ok })
+		if id, _ := g.Allowed(c); id != 1 {
+			t.Fatalf("lease ID %d, want 1", id)
+		}
+		if _, ok := g.Allowed(regions.Coord{}); ok {
+			t.Fatal("allowed in a region this peer does not coordinate")
+		}
+
+		svc.down.Store(true)
+		vnettest.EventuallyWithin(t, 5*time.Second, "commits to stop once the lease cannot be renewed", func() bool { _, ok := g.Allowed(c); return !ok })
+		vnettest.EventuallyWithin(t, 5*time.Second, "stepping aside", func() bool { return !g.Eligible(c) && !g.Eligible(regions.Coord{}) })
+
+		svc.down.Store(false)
+		vnettest.EventuallyWithin(t, 5*time.Second, "eligible again", func() bool { return g.Eligible(regions.Coord{}) })
+		vnettest.EventuallyWithin(t, 5*time.Second, "a new lease", func() bool { id, ok := g.Allowed(c); return ok && id > 1 })
+		id, _ := g.Allowed(c)
+
+		g.OnRoleChange(c, regions.RoleReplica)
+		if _, ok := g.Allowed(c); ok {
+			t.Fatal("allowed after the role ended")
+		}
+		vnettest.EventuallyWithin(t, 5*time.Second, "the lease to be released", func() bool {
+			for _, r := range svc.releasedIDs() {
+				if r == id {
+					return true
+				}
+			}
+			return false
+		})
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,15 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
-	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/bootstrap/leases"
 	"github.com/overworld-p2p/overworld/bootstrap/leases/leasetest"
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 )
 
@@ -35,13 +32,17 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// accountServer is a real account server over HTTP on 127.0.0.1 with its
-// SQLite store in the test's temporary directory.
+// accountServer is a real account server with its SQLite store in the
+// test's temporary directory, whose HTTP handler the peers' clients call
+// in memory (inMemory): a server on a socket would keep a synctest bubble
+// from ever advancing its clock (a goroutine waiting on the network is
+// not durably blocked), and its lease times would not be the peers'.
 type accountServer struct {
-	url string
-	key ed25519.PrivateKey
-	pub ed25519.PublicKey
-	rec *leasetest.Recorder
+	url     string
+	handler http.Handler
+	key     ed25519.PrivateKey
+	pub     ed25519.PublicKey
+	rec     *leasetest.Recorder
 }
 
 func newAccountServer(t testing.TB, leaseTTL time.Duration) *accountServer {
@@ -69,9 +70,25 @@ func newAccountServer(t testing.TB, leaseTTL time.Duration) *accountServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return &accountServer{url: hs.URL, key: key, pub: pub, rec: rec}
+	return &accountServer{url: "http://accounts.test", handler: srv.Handler(), key: key, pub: pub, rec: rec}
+}
+
+// inMemory serves HTTP requests by calling a handler in the caller's
+// goroutine, as from 127.0.0.1.
+type inMemory struct{ h http.Handler }
+
+func (m inMemory) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := req.Context().Err(); err != nil {
+		return nil, err
+	}
+	in := req.Clone(req.Context())
+	in.RemoteAddr, in.RequestURI = "127.0.0.1:40000", req.URL.RequestURI()
+	if in.Body == nil {
+		in.Body = http.NoBody
+	}
+	rec := httptest.NewRecorder()
+	m.h.ServeHTTP(rec, in)
+	return rec.Result(), nil
 }
 
 // cuttable sits between one peer's accounts client and the server. Cut,
@@ -124,14 +141,12 @@ func (g recordingGate) Allowed(c regions.Coord) (uint64, bool) {
 	return id, ok
 }
 
-// cluster is a set of region peers on libp2p's in-memory network with a
-// bootstrap node, each peer logged in to the account server over its own
+// cluster is a set of region peers on a virtual network (vnettest) with
+// a bootstrap node, each peer logged in to the account server over its own
 // cuttable link.
 type cluster struct {
-	mn      mocknet.Mocknet
-	boot    *node.Node
+	*vnettest.Cluster
 	as      *accountServer
-	port    int
 	members []*member
 }
 
@@ -147,47 +162,27 @@ type member struct {
 
 func (m *member) id() peer.ID { return m.n.ID() }
 
+// close stops the peer's services; the cluster closes its node after.
 func (m *member) close() {
 	m.once.Do(func() {
-		m.svc.Close()
+		if m.svc != nil {
+			m.svc.Close()
+		}
 		if m.guard != nil {
 			m.guard.Close()
 		}
-		m.n.Close()
 	})
 }
 
 func regionConfig() regions.Config {
 	return regions.Config{World: world, Width: 4, Height: 4,
-		RequestTimeout: slowdown * 2 * time.Second, ProbeTimeout: slowdown * 500 * time.Millisecond,
+		RequestTimeout: 2 * time.Second, ProbeTimeout: 500 * time.Millisecond,
 		MaintainEvery: 100 * time.Millisecond}
 }
 
 func newCluster(t *testing.T, as *accountServer) *cluster {
 	t.Helper()
-	cl := &cluster{mn: mocknet.New(), as: as}
-	cl.mn.SetLinkDefaults(mocknet.LinkOptions{Latency: time.Millisecond})
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, m := range cl.members {
-			wg.Go(m.close)
-		}
-		wg.Wait()
-		if cl.boot != nil {
-			cl.boot.Close()
-		}
-		cl.mn.Close()
-	})
-	h, err := cl.mn.GenPeer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if cl.boot, err = node.New(ctx, node.WithHost(h), node.WithLogger(testLogger())); err != nil {
-		t.Fatal(err)
-	}
-	return cl
+	return &cluster{Cluster: vnettest.New(t, 0, vnettest.Options{Latency: time.Millisecond, Logger: testLogger()}), as: as}
 }
 
 // add starts a region peer. withLeases: its gate is a LeaseGate (and its
@@ -195,32 +190,11 @@ func newCluster(t *testing.T, as *accountServer) *cluster {
 // tokens with TokenAuthorizer and presents its own unless m.token is set.
 func (cl *cluster) add(t *testing.T, name string, withLeases bool) *member {
 	t.Helper()
-	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl.port++
-	h, err := cl.mn.AddPeer(key, ma.StringCast(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", 20000+cl.port)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, other := range cl.mn.Peers() {
-		if other != h.ID() {
-			if _, err := cl.mn.LinkPeers(h.ID(), other); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	p := cl.Add()
+	n := p.Node
 	log := testLogger().With("peer", name)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n, err := node.New(ctx, node.WithHost(h), node.WithBootstrapPeers(cl.boot.AddrInfo()),
-		node.WithBootstrapBackoff(node.Backoff{Initial: 20 * time.Millisecond, Max: time.Second, Jitter: 0.2}),
-		node.WithLogger(log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &member{name: name, n: n, link: &cuttable{base: http.DefaultTransport}}
+	m := &member{name: name, n: n, link: &cuttable{base: inMemory{cl.as.handler}}}
+	p.OnClose(m.close)
 	client := cl.as.login(t, name, n.ID(), m.link)
 	g, err := New(Config{World: world, Accounts: client, PublicKey: cl.as.pub,
 		Holder:     leases.HolderConfig{RetryEvery: 100 * time.Millisecond},
@@ -263,7 +237,7 @@ func (cl *cluster) ids() []peer.ID {
 func (cl *cluster) settle(t *testing.T, c regions.Coord) {
 	t.Helper()
 	wantC, wantR := regions.Placement(regions.Key(world, c), cl.ids())
-	waitUntil(t, 30*time.Second, "placement of "+c.String()+" agreed", func() bool {
+	vnettest.EventuallyWithin(t, 30*time.Second, "placement of "+c.String()+" agreed", func() bool {
 		agreed := true
 		for _, m := range cl.members {
 			if gotC, gotR := m.svc.Coordinator(c); gotC != wantC || gotR != wantR {
@@ -284,16 +258,4 @@ func (cl *cluster) byID(p peer.ID) *member {
 		}
 	}
 	return nil
-}
-
-func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	within *= slowdown
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -11,10 +11,10 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -41,15 +41,14 @@ func newAttackScene(t *testing.T, honest int, opts ...func(first peer.ID) positi
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	mn := newMocknet(t)
-	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: time.Millisecond})
+	mn := newNet(t, time.Millisecond)
 	cfg := testConfig(false)
 	sc := &attackScene{t: t, cfg: cfg, mid: regions.Coord{X: 1, Y: 1}, topics: map[regions.Coord]*pubsub.Topic{}, seq: 100}
 	sc.at = centre(cfg, sc.mid)
-	attacker := newMockNode(t, mn, 99, nil, nil)
+	attacker := newMockNode(t, mn, nil)
 	sc.attacker = attacker
 	for i := range honest {
-		n := newMockNode(t, mn, i, nil, position.NewScoring())
+		n := newMockNode(t, mn, position.NewScoring())
 		count := &atomic.Int64{}
 		sc.delivered = append(sc.delivered, count)
 		popts := []position.Option{position.WithDeliveryHook(func(d position.Delivery) {
@@ -73,11 +72,8 @@ func newAttackScene(t *testing.T, honest int, opts ...func(first peer.ID) positi
 		sc.honest = append(sc.honest, &testPeer{node: n, svc: svc, region: sc.mid})
 	}
 	connectAll(t, mn, sc.honest)
-	if err := mn.LinkAll(); err != nil {
-		t.Fatal(err)
-	}
 	for _, p := range sc.honest {
-		if _, err := mn.ConnectPeers(attacker.ID(), p.node.ID()); err != nil {
+		if err := mn.Net.Connect(attacker.ID(), p.node.ID()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -205,18 +201,20 @@ func (sc *attackScene) assertAttackerAt(pos position.Vec) {
 // teleport. (TestTracker shows what the most a receiver allows buys: no
 // more than MaxDelay+MaxClockSkew of walking.)
 func TestAdversarialBackdatedPosition(t *testing.T) {
-	sc := newAttackScene(t, 3)
-	far := position.Vec{X: 3*sc.cfg.RegionUnits - 10, Y: 3*sc.cfg.RegionUnits - 10} // the far corner of the world
+	vnettest.Run(t, func(t *testing.T) {
+		sc := newAttackScene(t, 3)
+		far := position.Vec{X: 3*sc.cfg.RegionUnits - 10, Y: 3*sc.cfg.RegionUnits - 10} // the far corner of the world
 
-	sc.settle()
-	sc.untilCounted("an update stamped weeks ago", position.Ignore, position.ReasonStale, func() {
-		sc.publish(sc.update(sc.at, time.Now().Add(-3*7*24*time.Hour)))
-	})
-	sc.untilCounted("a jump across the world after it", position.Reject, position.ReasonTeleport, func() {
-		sc.publish(sc.update(far, time.Now()))
-	})
-	sc.assertAttackerAt(sc.at)
+		sc.settle()
+		sc.untilCounted("an update stamped weeks ago", position.Ignore, position.ReasonStale, func() {
+			sc.publish(sc.update(sc.at, time.Now().Add(-3*7*24*time.Hour)))
+		})
+		sc.untilCounted("a jump across the world after it", position.Reject, position.ReasonTeleport, func() {
+			sc.publish(sc.update(far, time.Now()))
+		})
+		sc.assertAttackerAt(sc.at)
 
+	})
 }
 
 // TestAdversarialPositionFlood plays a player that publishes valid updates
@@ -225,28 +223,30 @@ func TestAdversarialBackdatedPosition(t *testing.T) {
 // burst plus two per interval since the flood began, by the receiver's
 // own clock), drops the rest unforwarded and counts them.
 func TestAdversarialPositionFlood(t *testing.T) {
-	sc := newAttackScene(t, 3)
-	sc.settle()
-	base := make([]int64, len(sc.honest))
-	for i := range sc.honest {
-		base[i] = sc.delivered[i].Load()
-	}
-	start := time.Now()
-	sc.untilCounted("a flood of valid updates", position.Ignore, position.ReasonRateLimited, func() {
-		for range 200 {
-			sc.publish(sc.update(sc.at, time.Now()))
+	vnettest.Run(t, func(t *testing.T) {
+		sc := newAttackScene(t, 3)
+		sc.settle()
+		base := make([]int64, len(sc.honest))
+		for i := range sc.honest {
+			base[i] = sc.delivered[i].Load()
 		}
+		start := time.Now()
+		sc.untilCounted("a flood of valid updates", position.Ignore, position.ReasonRateLimited, func() {
+			for range 200 {
+				sc.publish(sc.update(sc.at, time.Now()))
+			}
+		})
+		elapsed := time.Since(start)
+		// The bucket starts full (8) and refills two per interval; anything
+		// beyond that bound would be the limiter failing, whatever the timing.
+		bound := int64(8 + 2*(elapsed/sc.cfg.Interval+1))
+		for i := range sc.honest {
+			if got := sc.delivered[i].Load() - base[i]; got > bound {
+				t.Errorf("honest peer %d took %d flood updates in %s; its bucket allows %d", i, got, elapsed, bound)
+			}
+		}
+		sc.assertAttackerAt(sc.at)
 	})
-	elapsed := time.Since(start)
-	// The bucket starts full (8) and refills two per interval; anything
-	// beyond that bound would be the limiter failing, whatever the timing.
-	bound := int64(8 + 2*(elapsed/sc.cfg.Interval+1))
-	for i := range sc.honest {
-		if got := sc.delivered[i].Load() - base[i]; got > bound {
-			t.Errorf("honest peer %d took %d flood updates in %s; its bucket allows %d", i, got, elapsed, bound)
-		}
-	}
-	sc.assertAttackerAt(sc.at)
 }
 
 // TestAdversarialBatchFromNonCoordinator: a peer that does not coordinate
@@ -256,71 +256,73 @@ func TestAdversarialPositionFlood(t *testing.T) {
 // old one); the entries it makes up for other players are not, and a
 // batch of only those is ignored as not_coordinator.
 func TestAdversarialBatchFromNonCoordinator(t *testing.T) {
-	// Every honest peer names the first of them the coordinator of every
-	// region, from its first tick on.
-	sc := newAttackScene(t, 3, func(first peer.ID) position.Option {
-		return position.WithCoordinators(func(regions.Coord) peer.ID { return first })
-	})
-	made := randomID(t)
-	sc.settle()
-	batchSeq := uint64(0)
-	publishBatch := func(updates ...*position.Update) {
-		t.Helper()
-		batchSeq++
-		data, err := proto.Marshal(&position.Envelope{Body: &position.Envelope_Batch{Batch: &position.Batch{
-			Coordinator: []byte(sc.attacker.ID()), RegionX: int32(sc.mid.X), RegionY: int32(sc.mid.Y), Seq: batchSeq, Updates: updates,
-		}}})
-		if err != nil {
-			t.Fatal(err)
+	vnettest.Run(t, func(t *testing.T) {
+		// Every honest peer names the first of them the coordinator of every
+		// region, from its first tick on.
+		sc := newAttackScene(t, 3, func(first peer.ID) position.Option {
+			return position.WithCoordinators(func(regions.Coord) peer.ID { return first })
+		})
+		made := randomID(t)
+		sc.settle()
+		batchSeq := uint64(0)
+		publishBatch := func(updates ...*position.Update) {
+			t.Helper()
+			batchSeq++
+			data, err := proto.Marshal(&position.Envelope{Body: &position.Envelope_Batch{Batch: &position.Batch{
+				Coordinator: []byte(sc.attacker.ID()), RegionX: int32(sc.mid.X), RegionY: int32(sc.mid.Y), Seq: batchSeq, Updates: updates,
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sc.topics[sc.mid].Publish(context.Background(), data); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := sc.topics[sc.mid].Publish(context.Background(), data); err != nil {
-			t.Fatal(err)
+		madeSeq := uint64(0)
+		madeUp := func() *position.Update {
+			madeSeq++
+			u := sc.update(sc.at, time.Now())
+			sc.seq-- // not the attacker's
+			u.Player, u.Seq = []byte(made), madeSeq
+			return u
 		}
-	}
-	madeSeq := uint64(0)
-	madeUp := func() *position.Update {
-		madeSeq++
-		u := sc.update(sc.at, time.Now())
-		sc.seq-- // not the attacker's
-		u.Player, u.Seq = []byte(made), madeSeq
-		return u
-	}
 
-	own := sc.update(sc.at, time.Now())
-	publishBatch(own, madeUp())
-	resent := time.Now()
-	waitFor(t, 2*time.Minute, "every honest peer to take the batch author's own entry", func() bool {
-		for _, p := range sc.honest {
-			found := false
-			for _, s := range p.svc.View(time.Now()) {
-				found = found || (s.Player == sc.attacker.ID() && s.Seq >= own.Seq)
-			}
-			if !found {
-				if time.Since(resent) > 2*time.Second {
-					own = sc.update(sc.at, time.Now())
-					publishBatch(own, madeUp())
-					resent = time.Now()
+		own := sc.update(sc.at, time.Now())
+		publishBatch(own, madeUp())
+		resent := time.Now()
+		waitFor(t, 2*time.Minute, "every honest peer to take the batch author's own entry", func() bool {
+			for _, p := range sc.honest {
+				found := false
+				for _, s := range p.svc.View(time.Now()) {
+					found = found || (s.Player == sc.attacker.ID() && s.Seq >= own.Seq)
 				}
-				return false
+				if !found {
+					if time.Since(resent) > 2*time.Second {
+						own = sc.update(sc.at, time.Now())
+						publishBatch(own, madeUp())
+						resent = time.Now()
+					}
+					return false
+				}
+			}
+			return true
+		})
+		sc.untilCounted("a batch of made-up players only", position.Ignore, position.ReasonNotCoordinator, func() { publishBatch(madeUp()) })
+		for i, p := range sc.honest {
+			if p.svc.Stats().RendezvousFailed > 0 {
+				// A failed rendezvous forgets the coordinator until the next
+				// tick, and a peer that knows none takes any batch.
+				t.Logf("honest peer %d: a rendezvous failed; not checked for made-up players", i)
+				continue
+			}
+			for _, s := range p.svc.View(time.Now()) {
+				if s.Player == made {
+					t.Errorf("honest peer %d took a made-up player from a batch of a peer that does not coordinate the region", i)
+				}
 			}
 		}
-		return true
+		sc.assertAttackerAt(sc.at)
 	})
-	sc.untilCounted("a batch of made-up players only", position.Ignore, position.ReasonNotCoordinator, func() { publishBatch(madeUp()) })
-	for i, p := range sc.honest {
-		if p.svc.Stats().RendezvousFailed > 0 {
-			// A failed rendezvous forgets the coordinator until the next
-			// tick, and a peer that knows none takes any batch.
-			t.Logf("honest peer %d: a rendezvous failed; not checked for made-up players", i)
-			continue
-		}
-		for _, s := range p.svc.View(time.Now()) {
-			if s.Player == made {
-				t.Errorf("honest peer %d took a made-up player from a batch of a peer that does not coordinate the region", i)
-			}
-		}
-	}
-	sc.assertAttackerAt(sc.at)
 }
 
 func randomID(t *testing.T) peer.ID {

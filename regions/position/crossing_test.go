@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -77,7 +77,9 @@ func TestBorderCrossing(t *testing.T) {
 	for _, aggregate := range []bool{false, true} {
 		for _, w := range walks {
 			t.Run(fmt.Sprintf("%s/aggregate=%v", w.name, aggregate), func(t *testing.T) {
-				testCrossing(t, crossingConfig(aggregate), w)
+				vnettest.Run(t, func(t *testing.T) {
+					testCrossing(t, crossingConfig(aggregate), w)
+				})
 			})
 		}
 	}
@@ -86,8 +88,7 @@ func TestBorderCrossing(t *testing.T) {
 func testCrossing(t *testing.T, cfg position.Config, w crossing) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	mn := newMocknet(t)
-	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: 2 * time.Millisecond})
+	mn := newNet(t, 2*time.Millisecond)
 	grid := cfg.Grid()
 	// Peer 0 walks; peer i>0 watches from w.watched[i-1] and coordinates
 	// it.
@@ -96,7 +97,7 @@ func testCrossing(t *testing.T, cfg position.Config, w crossing) {
 	var logs []*watchLog
 	coordinators := map[regions.Coord]peer.ID{}
 	for i := range count {
-		n := newMockNode(t, mn, i, nil, nil)
+		n := newMockNode(t, mn, nil)
 		r := grid.RegionOf(w.from)
 		if i > 0 {
 			r = w.watched[i-1]

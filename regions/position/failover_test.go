@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -24,7 +24,7 @@ import (
 type failoverScene struct {
 	t     *testing.T
 	cfg   position.Config
-	mn    mocknet.Mocknet
+	mn    *vnettest.Cluster
 	peers []*testPeer // c1, c2, players..., listener
 	logs  []*watchLog
 	stops []context.CancelFunc
@@ -39,8 +39,7 @@ const (
 
 func newFailoverScene(t *testing.T, players int) *failoverScene {
 	t.Helper()
-	mn := newMocknet(t)
-	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: time.Millisecond})
+	mn := newNet(t, time.Millisecond)
 	cfg := testConfig(true)
 	cfg.Interval = 200 * time.Millisecond
 	sc := &failoverScene{t: t, cfg: cfg, mn: mn}
@@ -48,7 +47,7 @@ func newFailoverScene(t *testing.T, players int) *failoverScene {
 	count := scenePlayers + players + 1
 	nodes := make([]*node.Node, count)
 	for i := range count {
-		nodes[i] = newMockNode(t, mn, i, nil, nil)
+		nodes[i] = newMockNode(t, mn, nil)
 	}
 	sc.coord.Store(nodes[sceneC1].ID())
 	named := func(regions.Coord) peer.ID { return sc.coord.Load().(peer.ID) }
@@ -147,106 +146,108 @@ func (sc *failoverScene) untilEveryoneHears(what string, n int, batched bool) {
 func TestAggregatedFailover(t *testing.T) {
 	for _, kill := range []string{"crash", "silent"} {
 		t.Run(kill, func(t *testing.T) {
-			sc := newFailoverScene(t, 3)
-			c1, c2 := sc.peers[sceneC1], sc.peers[sceneC2]
-			waitViews(t, sc.peers, sc.cfg.Radius, 3*time.Minute)
-			for _, l := range sc.logs {
-				l.start()
-			}
-			sc.untilEveryoneHears("batches from the first coordinator", 5, true)
-			for _, i := range sc.senders() {
-				if st := sc.peers[i].svc.Stats(); st.PublishingDirect {
-					t.Fatalf("peer %d publishes directly with a working coordinator: %+v", i, st)
+			vnettest.Run(t, func(t *testing.T) {
+				sc := newFailoverScene(t, 3)
+				c1, c2 := sc.peers[sceneC1], sc.peers[sceneC2]
+				waitViews(t, sc.peers, sc.cfg.Radius, 3*time.Minute)
+				for _, l := range sc.logs {
+					l.start()
 				}
-			}
-			before := map[int]uint64{}
-			for _, i := range sc.senders() {
-				before[i] = sc.peers[i].svc.Stats().FallbackPublished
-			}
-
-			// The coordinator goes.
-			switch kill {
-			case "crash":
-				sc.stops[sceneC1]()
-				if err := c1.node.Close(); err != nil {
-					t.Fatal(err)
-				}
-			case "silent":
-				for _, i := range sc.receivers() {
-					sc.peers[i].node.PubSub().BlacklistPeer(c1.node.ID())
-				}
-			}
-			waitFor(t, 3*time.Minute, "every player to publish directly", func() bool {
+				sc.untilEveryoneHears("batches from the first coordinator", 5, true)
 				for _, i := range sc.senders() {
-					if !sc.peers[i].svc.Stats().PublishingDirect {
-						return false
+					if st := sc.peers[i].svc.Stats(); st.PublishingDirect {
+						t.Fatalf("peer %d publishes directly with a working coordinator: %+v", i, st)
 					}
 				}
-				return true
-			})
-			sc.untilEveryoneHears("direct updates while the coordinator is gone", 10, false)
-
-			// The region service names c2; the players go back to
-			// sending it alone.
-			sc.coord.Store(c2.node.ID())
-			waitFor(t, 3*time.Minute, "every player back in aggregated mode", func() bool {
+				before := map[int]uint64{}
 				for _, i := range sc.senders() {
-					if st := sc.peers[i].svc.Stats(); st.PublishingDirect || st.FallbackResumed == 0 {
-						return false
-					}
+					before[i] = sc.peers[i].svc.Stats().FallbackPublished
 				}
-				return true
-			})
-			published := map[int]uint64{}
-			for _, i := range sc.senders() {
-				published[i] = sc.peers[i].svc.Stats().FallbackPublished
-			}
-			sc.untilEveryoneHears("batches from the new coordinator", 10, true)
-			for _, l := range sc.logs {
-				l.stop()
-			}
 
-			bound := uint64(sc.cfg.FallbackAfter) + 1
-			var worst uint64
-			for _, r := range sc.receivers() {
-				for _, s := range sc.senders() {
-					if r == s {
-						continue
+				// The coordinator goes.
+				switch kill {
+				case "crash":
+					sc.stops[sceneC1]()
+					if err := c1.node.Close(); err != nil {
+						t.Fatal(err)
 					}
-					hist, largest := sc.logs[r].gaps(sc.peers[s].node.ID())
-					t.Logf("receiver %d, sender %d: steps %s", r, s, formatHist(hist))
-					worst = max(worst, largest)
-					if largest > bound {
-						t.Errorf("receiver %d missed %d consecutive updates of sender %d; the bound is FallbackAfter = %d",
-							r, largest-1, s, sc.cfg.FallbackAfter)
+				case "silent":
+					for _, i := range sc.receivers() {
+						sc.peers[i].node.PubSub().BlacklistPeer(c1.node.ID())
 					}
 				}
-			}
-			t.Logf("%s: largest step %d (missed %d in a row; bound %d)", kill, worst, worst-1, sc.cfg.FallbackAfter)
-			for _, i := range sc.senders() {
-				st := sc.peers[i].svc.Stats()
-				reasons := st.Fallbacks[position.FallbackUnanswered] + st.Fallbacks[position.FallbackUplinkFailed] + st.Fallbacks[position.FallbackNoCoordinator]
-				if reasons == 0 || st.FallbackPublished <= before[i] {
-					t.Errorf("peer %d counted no fallback: %+v", i, st)
+				waitFor(t, 3*time.Minute, "every player to publish directly", func() bool {
+					for _, i := range sc.senders() {
+						if !sc.peers[i].svc.Stats().PublishingDirect {
+							return false
+						}
+					}
+					return true
+				})
+				sc.untilEveryoneHears("direct updates while the coordinator is gone", 10, false)
+
+				// The region service names c2; the players go back to
+				// sending it alone.
+				sc.coord.Store(c2.node.ID())
+				waitFor(t, 3*time.Minute, "every player back in aggregated mode", func() bool {
+					for _, i := range sc.senders() {
+						if st := sc.peers[i].svc.Stats(); st.PublishingDirect || st.FallbackResumed == 0 {
+							return false
+						}
+					}
+					return true
+				})
+				published := map[int]uint64{}
+				for _, i := range sc.senders() {
+					published[i] = sc.peers[i].svc.Stats().FallbackPublished
 				}
-				if kill == "silent" && st.Fallbacks[position.FallbackUnanswered] == 0 {
-					t.Errorf("peer %d: a silent coordinator is a fallback for unanswered updates: %v", i, st.Fallbacks)
+				sc.untilEveryoneHears("batches from the new coordinator", 10, true)
+				for _, l := range sc.logs {
+					l.stop()
 				}
-				t.Logf("peer %d: fallbacks %v, resumed %d, published directly %d", i, st.Fallbacks, st.FallbackResumed, st.FallbackPublished)
-			}
-			for _, i := range sc.senders() {
-				t.Logf("peer %d published %d updates directly after going back to its coordinator",
-					i, sc.peers[i].svc.Stats().FallbackPublished-published[i])
-			}
-			// The fallbacks reach Prometheus.
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(position.NewCollector(sc.peers[scenePlayers].svc))
-			if got := gathered(t, reg, "overworld_position_fallbacks_total"); got == 0 {
-				t.Errorf("overworld_position_fallbacks_total is %v", got)
-			}
-			if got := gathered(t, reg, "overworld_position_fallback_resumed_total"); got == 0 {
-				t.Errorf("overworld_position_fallback_resumed_total is %v", got)
-			}
+
+				bound := uint64(sc.cfg.FallbackAfter) + 1
+				var worst uint64
+				for _, r := range sc.receivers() {
+					for _, s := range sc.senders() {
+						if r == s {
+							continue
+						}
+						hist, largest := sc.logs[r].gaps(sc.peers[s].node.ID())
+						t.Logf("receiver %d, sender %d: steps %s", r, s, formatHist(hist))
+						worst = max(worst, largest)
+						if largest > bound {
+							t.Errorf("receiver %d missed %d consecutive updates of sender %d; the bound is FallbackAfter = %d",
+								r, largest-1, s, sc.cfg.FallbackAfter)
+						}
+					}
+				}
+				t.Logf("%s: largest step %d (missed %d in a row; bound %d)", kill, worst, worst-1, sc.cfg.FallbackAfter)
+				for _, i := range sc.senders() {
+					st := sc.peers[i].svc.Stats()
+					reasons := st.Fallbacks[position.FallbackUnanswered] + st.Fallbacks[position.FallbackUplinkFailed] + st.Fallbacks[position.FallbackNoCoordinator]
+					if reasons == 0 || st.FallbackPublished <= before[i] {
+						t.Errorf("peer %d counted no fallback: %+v", i, st)
+					}
+					if kill == "silent" && st.Fallbacks[position.FallbackUnanswered] == 0 {
+						t.Errorf("peer %d: a silent coordinator is a fallback for unanswered updates: %v", i, st.Fallbacks)
+					}
+					t.Logf("peer %d: fallbacks %v, resumed %d, published directly %d", i, st.Fallbacks, st.FallbackResumed, st.FallbackPublished)
+				}
+				for _, i := range sc.senders() {
+					t.Logf("peer %d published %d updates directly after going back to its coordinator",
+						i, sc.peers[i].svc.Stats().FallbackPublished-published[i])
+				}
+				// The fallbacks reach Prometheus.
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(position.NewCollector(sc.peers[scenePlayers].svc))
+				if got := gathered(t, reg, "overworld_position_fallbacks_total"); got == 0 {
+					t.Errorf("overworld_position_fallbacks_total is %v", got)
+				}
+				if got := gathered(t, reg, "overworld_position_fallback_resumed_total"); got == 0 {
+					t.Errorf("overworld_position_fallback_resumed_total is %v", got)
+				}
+			})
 		})
 	}
 }

@@ -2,23 +2,17 @@ package position_test
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	kb "github.com/libp2p/go-libp2p-kbucket"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
-	ma "github.com/multiformats/go-multiaddr"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
 )
@@ -30,116 +24,24 @@ type testPeer struct {
 	region  regions.Coord
 }
 
-// newMockNode adds an ed25519 peer to mn and builds a node on it that
-// bootstraps from boot (if any).
-func newMockNode(t *testing.T, mn mocknet.Mocknet, idx int, boot []peer.AddrInfo, scoring *position.Scoring) *node.Node {
+// newNet returns a virtual network (vnettest) without a bootstrap node,
+// whose links have the one-way latency given: the peers meet through
+// connectAll. It closes when the test ends, after the services on it
+// (cleanups run last-registered first): closing the network under running
+// services makes every stream reset race with their traffic.
+func newNet(t *testing.T, latency time.Duration) *vnettest.Cluster {
+	return vnettest.New(t, 0, vnettest.Options{Latency: latency, NoBootstrap: true})
+}
+
+// newMockNode adds a peer to mn, with scoring's gossipsub options if it is
+// not nil.
+func newMockNode(t *testing.T, mn *vnettest.Cluster, scoring *position.Scoring) *node.Node {
 	t.Helper()
-	sk := nodesOf(t).key(t)
-	ip := net.ParseIP("100::")
-	ip[14], ip[15] = byte(idx>>8), byte(idx)
-	h, err := mn.AddPeer(sk, ma.StringCast(fmt.Sprintf("/ip6/%s/tcp/4242", ip)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []node.Option{node.WithHost(h)}
-	if len(boot) > 0 {
-		opts = append(opts, node.WithBootstrapPeers(boot...))
-	}
+	var opts []node.Option
 	if scoring != nil {
 		opts = append(opts, node.WithPubSubOptions(scoring.Options()...))
 	}
-	n, err := node.New(context.Background(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodesOf(t).add(n)
-	return n
-}
-
-// newMocknet returns an in-memory network closed when the test ends, after
-// the services and nodes on it (cleanups run last-registered first): closing
-// the network under running services makes every stream reset race with
-// their traffic.
-func newMocknet(t *testing.T) mocknet.Mocknet {
-	mn := mocknet.New()
-	t.Cleanup(func() { _ = mn.Close() })
-	return mn
-}
-
-// nodeSet closes a test's nodes concurrently when the test ends: one by
-// one, thirty DHT shutdowns add up. It also picks their keys.
-type nodeSet struct {
-	mu    sync.Mutex
-	nodes []*node.Node
-	ids   []peer.ID // of the keys handed out
-}
-
-// key returns a new ed25519 key whose peer ID leaves every routing table
-// of the test able to hold all the others: no peer has more than a
-// Kademlia bucket's worth (20) of others at one common-prefix length.
-// Random keys break that about once in twenty runs of 30 peers; the peer
-// then never lists everyone, and placement, read from the routing table,
-// differs between peers.
-func (s *nodeSet) key(t *testing.T) crypto.PrivKey {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for {
-		sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, err := peer.IDFromPrivateKey(sk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fitsTables(append(s.ids, id)) {
-			s.ids = append(s.ids, id)
-			return sk
-		}
-	}
-}
-
-// fitsTables reports whether, for every peer of ids, at most 20 others
-// share each common-prefix length with it.
-func fitsTables(ids []peer.ID) bool {
-	for _, a := range ids {
-		perCPL := map[int]int{}
-		for _, b := range ids {
-			if a == b {
-				continue
-			}
-			cpl := kb.CommonPrefixLen(kb.ConvertPeerID(a), kb.ConvertPeerID(b))
-			if perCPL[cpl]++; perCPL[cpl] > 20 {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-var testNodes sync.Map // *testing.T -> *nodeSet
-
-func nodesOf(t *testing.T) *nodeSet {
-	if s, ok := testNodes.Load(t); ok {
-		return s.(*nodeSet)
-	}
-	s := &nodeSet{}
-	testNodes.Store(t, s)
-	t.Cleanup(func() {
-		testNodes.Delete(t)
-		var wg sync.WaitGroup
-		for _, n := range s.nodes {
-			wg.Go(func() { n.Close() })
-		}
-		wg.Wait()
-	})
-	return s
-}
-
-func (s *nodeSet) add(n *node.Node) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.nodes = append(s.nodes, n)
+	return mn.Add(opts...).Node
 }
 
 func centre(cfg position.Config, c regions.Coord) position.Vec {
@@ -148,12 +50,12 @@ func centre(cfg position.Config, c regions.Coord) position.Vec {
 
 // startPeers builds n players spread over the world, all connected to each
 // other, each standing still in the centre of its region.
-func startPeers(t *testing.T, ctx context.Context, mn mocknet.Mocknet, cfg position.Config, count int) []*testPeer {
+func startPeers(t *testing.T, ctx context.Context, mn *vnettest.Cluster, cfg position.Config, count int) []*testPeer {
 	t.Helper()
 	var peers []*testPeer
 	for i := range count {
 		sc := position.NewScoring()
-		n := newMockNode(t, mn, i, nil, sc)
+		n := newMockNode(t, mn, sc)
 		svc, err := position.New(n, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -184,18 +86,14 @@ func startPeers(t *testing.T, ctx context.Context, mn mocknet.Mocknet, cfg posit
 	return peers
 }
 
-// connectAll links and connects every pair of peers and waits until every
-// routing table holds all others: placement reads the routing table.
-func connectAll(t *testing.T, mn mocknet.Mocknet, peers []*testPeer) {
+// connectAll links and connects every pair of peers of mn and waits until
+// the routing table of each of peers holds all the others of peers:
+// placement reads the routing table.
+func connectAll(t *testing.T, mn *vnettest.Cluster, peers []*testPeer) {
 	t.Helper()
-	if err := mn.LinkAll(); err != nil {
-		t.Fatal(err)
-	}
-	if err := mn.ConnectAllButSelf(); err != nil {
-		t.Fatal(err)
-	}
+	mn.ConnectAll()
 	polls := 0
-	waitFor(t, 60*time.Second, "full routing tables", func() bool {
+	vnettest.EventuallyWithin(t, 60*time.Second, "full routing tables", func() bool {
 		polls++
 		full := true
 		for _, p := range peers {
@@ -205,7 +103,7 @@ func connectAll(t *testing.T, mn mocknet.Mocknet, peers []*testPeer) {
 				// for it is only added by a lookup: ask for one now and
 				// then rather than wait for the periodic refresh (forced:
 				// a plain refresh skips buckets refreshed moments ago).
-				if polls%40 == 0 {
+				if polls%200 == 0 {
 					p.node.DHT().ForceRefresh()
 				}
 			}
@@ -257,14 +155,10 @@ func waitViews(t *testing.T, peers []*testPeer, radius int, deadline time.Durati
 	}
 }
 
-// manyPeers is the size of the multi-peer tests: 30 players in 9 regions,
-// 18 under the race detector.
-func manyPeers() int {
-	if raceEnabled {
-		return 18
-	}
-	return 30
-}
+// manyPeers is the size of the multi-peer tests: 30 players in 9 regions.
+// In a synctest bubble the race detector slows the test's wall time, not
+// the peers' simulated time, so it needs no smaller cluster.
+func manyPeers() int { return 30 }
 
 func testConfig(aggregate bool) position.Config {
 	cfg := position.DefaultConfig()
@@ -279,30 +173,31 @@ func testConfig(aggregate bool) position.Config {
 	return cfg
 }
 
-// TestRegionMulticast: 30 peers (18 under -race) in 9 regions each see
+// TestRegionMulticast: 30 peers in 9 regions each see
 // exactly the peers of their own and adjacent regions, in direct and in
 // aggregated mode; every delivered update comes from a region within the
 // radius.
 func TestRegionMulticast(t *testing.T) {
 	for _, aggregate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("aggregate=%v", aggregate), func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			mn := newMocknet(t)
-			mn.SetLinkDefaults(mocknet.LinkOptions{Latency: 2 * time.Millisecond})
-			cfg := testConfig(aggregate)
-			start := time.Now()
-			peers := startPeers(t, ctx, mn, cfg, manyPeers())
-			t.Logf("%d peers up and connected in %s", len(peers), time.Since(start))
-			start = time.Now()
-			waitViews(t, peers, cfg.Radius, 3*time.Minute)
-			t.Logf("views complete in %s", time.Since(start))
-			for i, p := range peers {
-				st := p.svc.Stats()
-				if st.TotalRejected() != 0 {
-					t.Errorf("peer %d rejected honest updates: %v", i, st.Rejected)
+			vnettest.Run(t, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				mn := newNet(t, 2*time.Millisecond)
+				cfg := testConfig(aggregate)
+				start := time.Now()
+				peers := startPeers(t, ctx, mn, cfg, manyPeers())
+				t.Logf("%d peers up and connected in %s", len(peers), time.Since(start))
+				start = time.Now()
+				waitViews(t, peers, cfg.Radius, 3*time.Minute)
+				t.Logf("views complete in %s", time.Since(start))
+				for i, p := range peers {
+					st := p.svc.Stats()
+					if st.TotalRejected() != 0 {
+						t.Errorf("peer %d rejected honest updates: %v", i, st.Rejected)
+					}
 				}
-			}
+			})
 		})
 	}
 }
@@ -310,201 +205,196 @@ func TestRegionMulticast(t *testing.T) {
 // TestDeliveriesStayInRadius checks the deliveries themselves, not only the
 // view: no update from beyond the radius ever arrives.
 func TestDeliveriesStayInRadius(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	mn := newMocknet(t)
-	cfg := testConfig(false)
-	cfg.Width, cfg.Height = 4, 1
-	var peers []*testPeer
-	far := make(chan position.Delivery, 1)
-	for i := range 8 {
-		n := newMockNode(t, mn, i, nil, nil)
-		r := regions.Coord{X: i % 4}
-		svc, err := position.New(n, cfg, position.WithDeliveryHook(func(d position.Delivery) {
-			if !position.Within(r, d.Region, cfg.Radius) {
-				select {
-				case far <- d:
-				default:
+	vnettest.Run(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		mn := newNet(t, time.Millisecond)
+		cfg := testConfig(false)
+		cfg.Width, cfg.Height = 4, 1
+		var peers []*testPeer
+		far := make(chan position.Delivery, 1)
+		for i := range 8 {
+			n := newMockNode(t, mn, nil)
+			r := regions.Coord{X: i % 4}
+			svc, err := position.New(n, cfg, position.WithDeliveryHook(func(d position.Delivery) {
+				if !position.Within(r, d.Region, cfg.Radius) {
+					select {
+					case far <- d:
+					default:
+					}
 				}
+			}))
+			if err != nil {
+				t.Fatal(err)
 			}
-		}))
-		if err != nil {
-			t.Fatal(err)
+			svc.Move(centre(cfg, r), position.Vec{})
+			peers = append(peers, &testPeer{node: n, svc: svc, region: r})
 		}
-		svc.Move(centre(cfg, r), position.Vec{})
-		peers = append(peers, &testPeer{node: n, svc: svc, region: r})
-	}
-	// Everyone connected to everyone: gossipsub knows every subscription,
-	// so only the topic filter keeps far updates away.
-	connectAll(t, mn, peers)
-	done := make(chan struct{}, len(peers))
-	for _, p := range peers {
-		go func() { p.svc.Run(ctx); done <- struct{}{} }()
-	}
-	waitViews(t, peers, cfg.Radius, 30*time.Second)
-	cancel()
-	for range peers {
-		<-done
-	}
-	select {
-	case d := <-far:
-		t.Fatalf("update from region %s delivered beyond the radius", d.Region)
-	default:
-	}
+		// Everyone connected to everyone: gossipsub knows every subscription,
+		// so only the topic filter keeps far updates away.
+		connectAll(t, mn, peers)
+		done := make(chan struct{}, len(peers))
+		for _, p := range peers {
+			go func() { p.svc.Run(ctx); done <- struct{}{} }()
+		}
+		waitViews(t, peers, cfg.Radius, 30*time.Second)
+		cancel()
+		for range peers {
+			<-done
+		}
+		select {
+		case d := <-far:
+			t.Fatalf("update from region %s delivered beyond the radius", d.Region)
+		default:
+		}
+	})
 }
 
 // TestRejectsBadUpdates: forged, replayed and teleporting updates from an
 // attacker in the middle region are rejected by every receiver, never reach
 // a view, and cost the attacker gossipsub score.
 func TestRejectsBadUpdates(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	mn := newMocknet(t)
-	cfg := testConfig(false)
-	peers := startPeers(t, ctx, mn, cfg, manyPeers())
-	waitViews(t, peers, cfg.Radius, 3*time.Minute)
+	vnettest.Run(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		mn := newNet(t, time.Millisecond)
+		cfg := testConfig(false)
+		peers := startPeers(t, ctx, mn, cfg, manyPeers())
+		waitViews(t, peers, cfg.Radius, 3*time.Minute)
 
-	attacker := newMockNode(t, mn, 99, nil, nil)
-	if err := mn.LinkAll(); err != nil {
-		t.Fatal(err)
-	}
-	mid := regions.Coord{X: 1, Y: 1}
-	for _, p := range peers {
-		if _, err := mn.ConnectPeers(attacker.ID(), p.node.ID()); err != nil {
-			t.Fatal(err)
+		attacker := newMockNode(t, mn, nil)
+		mid := regions.Coord{X: 1, Y: 1}
+		for _, p := range peers {
+			if err := mn.Net.Connect(attacker.ID(), p.node.ID()); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	topic, err := attacker.PubSub().Join(position.Topic(cfg.World, mid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := topic.Subscribe(); err != nil {
-		t.Fatal(err)
-	}
-	victim := peers[4] // in the middle region
-	pos := centre(cfg, mid)
-	send := func(player peer.ID, seq uint64, at position.Vec) {
-		t.Helper()
-		u := &position.Update{Player: []byte(player), Seq: seq, X: at.X, Y: at.Y, RegionX: 1, RegionY: 1, SentUnixMicro: time.Now().UnixMicro()}
-		data, err := proto.Marshal(&position.Envelope{Body: &position.Envelope_Update{Update: u}})
+		topic, err := attacker.PubSub().Join(position.Topic(cfg.World, mid))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := topic.Publish(ctx, data); err != nil {
+		if _, err := topic.Subscribe(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// takeHonest sends a fresh honest update and waits until every peer of
-	// the neighbourhood has taken one of this round, so that each receiver
-	// holds a recent position to judge a jump against (one that missed
-	// updates for a while could not tell a long walk from a jump). Newer
-	// ones follow every few seconds in case one was dropped from a full
-	// queue; any of them will do (the attacker never moves), so a receiver
-	// slower than the resends still gets there.
-	seq := uint64(99)
-	takeHonest := func() {
-		t.Helper()
-		seq++
-		round := seq
-		send(attacker.ID(), seq, pos)
-		sent := time.Now()
-		stop := sent.Add(2 * time.Minute)
-		for {
-			var behind []int
-			for i, p := range peers {
-				found := false
-				for _, s := range p.svc.View(time.Now()) {
-					found = found || (s.Player == attacker.ID() && s.Seq >= round)
-				}
-				if !found {
-					behind = append(behind, i)
-				}
+		victim := peers[4] // in the middle region
+		pos := centre(cfg, mid)
+		send := func(player peer.ID, seq uint64, at position.Vec) {
+			t.Helper()
+			u := &position.Update{Player: []byte(player), Seq: seq, X: at.X, Y: at.Y, RegionX: 1, RegionY: 1, SentUnixMicro: time.Now().UnixMicro()}
+			data, err := proto.Marshal(&position.Envelope{Body: &position.Envelope_Update{Update: u}})
+			if err != nil {
+				t.Fatal(err)
 			}
-			if len(behind) == 0 {
-				return
+			if err := topic.Publish(ctx, data); err != nil {
+				t.Fatal(err)
 			}
-			if time.Now().After(stop) {
-				var lines []string
-				for _, i := range behind {
-					lines = append(lines, fmt.Sprintf("peer %d in %s: %+v", i, peers[i].region, peers[i].svc.Stats()))
-				}
-				t.Fatalf("%d receivers took none of the attacker's honest updates %d..%d:\n%s", len(behind), round, seq, strings.Join(lines, "\n"))
-			}
-			if time.Since(sent) > 3*time.Second {
-				seq++
-				send(attacker.ID(), seq, pos)
-				sent = time.Now()
-			}
-			time.Sleep(20 * time.Millisecond)
 		}
-	}
-	takeHonest()
-	forgedAt := position.Vec{X: pos.X + 100, Y: pos.Y}
-	// Each round starts with honest updates every receiver has taken.
-	sendBad := func() {
+		// takeHonest sends a fresh honest update and waits until every peer of
+		// the neighbourhood has taken one of this round, so that each receiver
+		// holds a recent position to judge a jump against (one that missed
+		// updates for a while could not tell a long walk from a jump). Newer
+		// ones follow every few seconds in case one was dropped from a full
+		// queue; any of them will do (the attacker never moves), so a receiver
+		// slower than the resends still gets there.
+		seq := uint64(99)
+		takeHonest := func() {
+			t.Helper()
+			seq++
+			round := seq
+			send(attacker.ID(), seq, pos)
+			sent := time.Now()
+			stop := sent.Add(2 * time.Minute)
+			for {
+				var behind []int
+				for i, p := range peers {
+					found := false
+					for _, s := range p.svc.View(time.Now()) {
+						found = found || (s.Player == attacker.ID() && s.Seq >= round)
+					}
+					if !found {
+						behind = append(behind, i)
+					}
+				}
+				if len(behind) == 0 {
+					return
+				}
+				if time.Now().After(stop) {
+					var lines []string
+					for _, i := range behind {
+						lines = append(lines, fmt.Sprintf("peer %d in %s: %+v", i, peers[i].region, peers[i].svc.Stats()))
+					}
+					t.Fatalf("%d receivers took none of the attacker's honest updates %d..%d:\n%s", len(behind), round, seq, strings.Join(lines, "\n"))
+				}
+				if time.Since(sent) > 3*time.Second {
+					seq++
+					send(attacker.ID(), seq, pos)
+					sent = time.Now()
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
 		takeHonest()
-		send(victim.node.ID(), 1<<40, forgedAt)                             // forged: names the victim
-		send(attacker.ID(), 3, pos)                                         // replay: far behind
-		send(attacker.ID(), seq+1, position.Vec{X: pos.X + 4000, Y: pos.Y}) // teleport: 16 tiles at once
-		seq++                                                               // the next honest update follows the teleport's number
-	}
-	// Sent again while some receiver has not rejected all three yet: on a
-	// busy machine gossipsub may drop a message from a full outbound queue,
-	// and a one-shot message would then never arrive.
-	reasons := []string{position.ReasonForged, position.ReasonReplay, position.ReasonTeleport}
-	missing := func() []string {
-		var out []string
+		forgedAt := position.Vec{X: pos.X + 100, Y: pos.Y}
+		// Each round starts with honest updates every receiver has taken.
+		sendBad := func() {
+			takeHonest()
+			send(victim.node.ID(), 1<<40, forgedAt)                             // forged: names the victim
+			send(attacker.ID(), 3, pos)                                         // replay: far behind
+			send(attacker.ID(), seq+1, position.Vec{X: pos.X + 4000, Y: pos.Y}) // teleport: 16 tiles at once
+			seq++                                                               // the next honest update follows the teleport's number
+		}
+		// Sent again while some receiver has not rejected all three yet: on a
+		// busy machine gossipsub may drop a message from a full outbound queue,
+		// and a one-shot message would then never arrive.
+		reasons := []string{position.ReasonForged, position.ReasonReplay, position.ReasonTeleport}
+		missing := func() []string {
+			var out []string
+			for i, p := range peers {
+				rej := p.svc.Stats().Rejected
+				for _, r := range reasons {
+					if rej[r] == 0 {
+						out = append(out, fmt.Sprintf("peer %d: %s", i, r))
+					}
+				}
+			}
+			return out
+		}
+		polls := 0
+		sendBad()
+		waitFor(t, 2*time.Minute, "every receiver rejects all three", func() bool {
+			if len(missing()) == 0 {
+				return true
+			}
+			if polls++; polls%20 == 0 {
+				t.Logf("still missing: %v", missing())
+				sendBad()
+			}
+			return false
+		})
 		for i, p := range peers {
-			rej := p.svc.Stats().Rejected
-			for _, r := range reasons {
-				if rej[r] == 0 {
-					out = append(out, fmt.Sprintf("peer %d: %s", i, r))
+			for _, s := range p.svc.View(time.Now()) {
+				if s.Player == victim.node.ID() && s.Seq >= 1<<40 {
+					t.Errorf("peer %d took the forged update", i)
+				}
+				if s.Player == attacker.ID() && s.Pos != pos {
+					t.Errorf("peer %d took attacker update %d to %+v; it only ever stood at %+v", i, s.Seq, s.Pos, pos)
 				}
 			}
 		}
-		return out
-	}
-	polls := 0
-	sendBad()
-	waitFor(t, 2*time.Minute, "every receiver rejects all three", func() bool {
-		if len(missing()) == 0 {
+		waitFor(t, 2*time.Minute, "attacker's score falls below zero", func() bool {
+			for _, p := range peers {
+				if s, ok := p.scoring.Score(attacker.ID()); !ok || s >= 0 {
+					return false
+				}
+			}
 			return true
-		}
-		if polls++; polls%20 == 0 {
-			t.Logf("still missing: %v", missing())
-			sendBad()
-		}
-		return false
-	})
-	for i, p := range peers {
-		for _, s := range p.svc.View(time.Now()) {
-			if s.Player == victim.node.ID() && s.Seq >= 1<<40 {
-				t.Errorf("peer %d took the forged update", i)
-			}
-			if s.Player == attacker.ID() && s.Pos != pos {
-				t.Errorf("peer %d took attacker update %d to %+v; it only ever stood at %+v", i, s.Seq, s.Pos, pos)
-			}
-		}
-	}
-	waitFor(t, 2*time.Minute, "attacker's score falls below zero", func() bool {
-		for _, p := range peers {
-			if s, ok := p.scoring.Score(attacker.ID()); !ok || s >= 0 {
-				return false
-			}
-		}
-		return true
+		})
 	})
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	stop := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(stop) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	vnettest.EventuallyWithin(t, d, what, cond)
 }
 
 var _ = pubsub.ValidationAccept

@@ -1,50 +1,49 @@
-package sim
+package vnet
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"io"
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
-	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
-// twoHosts builds two latencyHosts on one in-memory network, not linked
-// yet, with a one-way latency of d.
-func twoHosts(t *testing.T, d time.Duration) (*latencyHost, *latencyHost, *linker) {
+// twoHosts builds two Hosts on one network, not linked yet, with a
+// one-way latency of d.
+func twoHosts(t *testing.T, d time.Duration) (*Host, *Host, *Network) {
 	t.Helper()
-	mn := mocknet.New()
-	links := newLinker(mn)
-	var hs []*latencyHost
+	nw := New(d)
+	var hs []*Host
 	for i := range 2 {
-		key, err := keyFor(99, i)
+		key, _, err := crypto.GenerateEd25519Key(rand.Reader)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := mn.AddPeer(key, mockAddr(i+1))
+		h, err := nw.AddHost(key, Addr(i+1), HostOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		hs = append(hs, newLatencyHost(h, func(peer.ID) time.Duration { return d }, links))
+		hs = append(hs, h)
 	}
 	t.Cleanup(func() {
 		for _, h := range hs {
 			_ = h.Close()
 		}
-		_ = mn.Close()
+		_ = nw.Close()
 	})
-	return hs[0], hs[1], links
+	return hs[0], hs[1], nw
 }
 
-const testProto = protocol.ID("/overworld/sim-test/1.0.0")
+const testProto = protocol.ID("/overworld/vnet-test/1.0.0")
 
 // TestMemStreamDeliversAfterTheLatency: a stream opened through the
-// simulator's host links the peers on first contact, picks the protocol
+// network's host links the peers on first contact, picks the protocol
 // the other side serves, carries writes in order no earlier than the
 // link's latency after they were written, and ends with EOF after the
 // data when the writer closes; the answer comes back the same way.
@@ -114,7 +113,7 @@ func TestMemStreamDeliversAfterTheLatency(t *testing.T) {
 
 // TestMemStreamResetAndDisconnect: a reset ends both ends at once, and a
 // connection that closes (as a crash closes them) resets its streams on
-// both sides; a peer cut off by the linker cannot be dialled again.
+// both sides; a peer the network removed cannot be dialled again.
 func TestMemStreamResetAndDisconnect(t *testing.T) {
 	a, b, links := twoHosts(t, 10*time.Millisecond)
 	inbound := make(chan network.Stream, 4)
@@ -136,7 +135,7 @@ func TestMemStreamResetAndDisconnect(t *testing.T) {
 	}
 
 	mine, theirs = open()
-	links.cut(b.ID())
+	links.Remove(b.ID())
 	for _, c := range b.Network().Conns() {
 		_ = c.Close()
 	}
@@ -145,12 +144,12 @@ func TestMemStreamResetAndDisconnect(t *testing.T) {
 			t.Errorf("read after the connection closed: %v", err)
 		}
 	}
-	// Gone by the linker, or, while the host still counts the closing
+	// Down by the network, or, while the host still counts the closing
 	// connection, without one.
-	if _, err := a.NewStream(context.Background(), b.ID(), testProto); !errors.Is(err, errGone) && !errors.Is(err, network.ErrNoConn) {
+	if _, err := a.NewStream(context.Background(), b.ID(), testProto); !errors.Is(err, ErrDown) && !errors.Is(err, network.ErrNoConn) {
 		t.Errorf("stream to a peer that is gone: %v", err)
 	}
-	if a.openStreams() != 0 || b.openStreams() != 0 {
-		t.Errorf("streams still tracked: %d and %d", a.openStreams(), b.openStreams())
+	if a.OpenStreams() != 0 || b.OpenStreams() != 0 {
+		t.Errorf("streams still tracked: %d and %d", a.OpenStreams(), b.OpenStreams())
 	}
 }

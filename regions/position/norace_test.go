@@ -1,5 +1,0 @@
-//go:build !race
-
-package position_test
-
-const raceEnabled = false
