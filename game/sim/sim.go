@@ -233,6 +233,7 @@ type run struct {
 	links *linker
 	place *placer
 	rec   *delays
+	paths *pathRecorder
 	stats *opStats
 	roles *roleLog
 	game  game.Config
@@ -269,6 +270,14 @@ func (c Config) workload() bool { return !c.PlayBots && (c.EatEvery > 0 || c.Fig
 // region service) and in play bots (play runs one).
 func (r *run) needRegions() bool {
 	return r.cfg.workload() || r.cfg.churning() || r.cfg.DHTPlacement || r.cfg.PlayBots
+}
+
+// onBorder reports whether a player in region c follows regions outside
+// the world: c is within the interest radius of the world's edge, so its
+// player has fewer regions around it than one further in.
+func (r *run) onBorder(c regions.Coord) bool {
+	rad := r.cfg.Radius
+	return c.X < rad || c.Y < rad || c.X >= r.grid.Width-rad || c.Y >= r.grid.Height-rad
 }
 
 func (r *run) latency(a, b peer.ID) time.Duration {
@@ -321,7 +330,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	runCtx, stop := context.WithCancel(ctx)
 	r := &run{
 		cfg: cfg, pc: pc, grid: pc.Grid(), log: log, mn: mn, links: newLinker(mn), place: newPlacer(pc.World),
-		rec: &delays{}, stats: newOpStats(), roles: newRoleLog(), ctx: runCtx, byID: map[peer.ID]*player{},
+		rec: &delays{}, paths: newPathRecorder(), stats: newOpStats(), roles: newRoleLog(), ctx: runCtx, byID: map[peer.ID]*player{},
 	}
 	var runners sync.WaitGroup
 	defer func() {
@@ -420,6 +429,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			measuring = true
 			opsBefore = r.stats.record(true)
 			r.rec.setRecording(true)
+			r.paths.setRecording(true)
 			load = markLoad()
 			r.beginWindow()
 		}
@@ -428,6 +438,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	tick.Stop()
 	r.rec.setRecording(false)
+	r.paths.setRecording(false)
 	opsAfter := r.stats.record(false)
 	measured := time.Since(began) - cfg.Warmup
 	window := r.endWindow()
@@ -448,6 +459,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := buildReport(cfg, pc, window, measured, r.rec)
 	rep.Load = used
+	rep.Paths = r.paths.report()
 	rep.Memory = mem
 	rep.RegionActivity = r.regionsReport(window)
 	if cfg.churning() {
@@ -554,7 +566,11 @@ func (r *run) drive(ctx context.Context) {
 				}
 				p.walker.Step(r.cfg.Step)
 				p.svc.Move(p.walker.Position(), p.walker.Velocity())
-				p.setRegion(p.walker.grid.RegionOf(p.walker.Position()))
+				c := p.walker.grid.RegionOf(p.walker.Position())
+				p.setRegion(c)
+				if r.onBorder(c) {
+					p.borderSteps.Add(1)
+				}
 			}
 		}
 	}

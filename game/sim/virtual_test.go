@@ -62,6 +62,8 @@ func TestVirtualTime(t *testing.T) {
 	atoi("OVERWORLD_SIM_REGIONS", &cfg.Regions)
 	duration("OVERWORLD_SIM_DURATION", &cfg.Duration)
 	duration("OVERWORLD_SIM_WARMUP", &cfg.Warmup)
+	duration("OVERWORLD_SIM_LATENCY_MIN", &cfg.LatencyMin)
+	duration("OVERWORLD_SIM_LATENCY_MAX", &cfg.LatencyMax)
 	duration("OVERWORLD_SIM_EAT_EVERY", &cfg.EatEvery)
 	duration("OVERWORLD_SIM_FIGHT_EVERY", &cfg.FightEvery)
 	duration("OVERWORLD_SIM_SESSION_MEAN", &cfg.SessionMean)
