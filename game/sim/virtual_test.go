@@ -28,7 +28,8 @@ import (
 //	OVERWORLD_SIM_AGGREGATE=1 OVERWORLD_SIM_OUT=/tmp/sim-virtual \
 //	go test ./game/sim -run TestVirtualTime -v -timeout 3h
 //
-// Also OVERWORLD_SIM_WARMUP, OVERWORLD_SIM_EAT_EVERY and
+// Also OVERWORLD_SIM_WARMUP, OVERWORLD_SIM_LATENCY_MIN and _MAX (the range
+// of the links' one-way latency), OVERWORLD_SIM_EAT_EVERY and
 // OVERWORLD_SIM_FIGHT_EVERY (durations, 0 turns the action off),
 // OVERWORLD_SIM_SESSION_MEAN (churn: the mean session, a duration) with
 // OVERWORLD_SIM_LEAVE=handoff|crash, OVERWORLD_SIM_DHT=1 (placement by DHT
