@@ -197,6 +197,33 @@ func (r *run) positionPath(p *player, msg *pubsub.Message) {
 	r.paths.record(now.Sub(sent), r.latency(from, p.id), cause)
 }
 
+// newcomerOrMover tells, for two players not connected, which of them
+// joined the game, entered its region or subscribed to the topic lately:
+// what the rendezvous has not caught up with yet.
+func (r *run) newcomerOrMover(p, q *player, topic string, sent time.Time) string {
+	r.mu.Lock()
+	pJoined, qJoined := p.joined, q.joined
+	r.mu.Unlock()
+	recent := func(at time.Time) bool { return !at.IsZero() && sent.Sub(at) < rendezvousWindow }
+	switch {
+	case recent(qJoined):
+		return ", publisher joined < 5 s before"
+	case recent(pJoined):
+		return ", receiver joined < 5 s before"
+	case q.regionSince.Load() != 0 && recent(time.Unix(0, q.regionSince.Load())):
+		return ", publisher entered its region < 5 s before"
+	}
+	if at, ok := p.wire.topics.get(topic); ok && recent(at) {
+		return ", receiver subscribed < 5 s before"
+	}
+	return ", neither new"
+}
+
+// rendezvousWindow is how recent a join or a move must be to explain two
+// players not connected: the rendezvous that connects them takes a
+// round trip to a coordinator, or waits for its next period.
+const rendezvousWindow = 5 * time.Second
+
 // forwardCause tells why an update of from, sent at sent on topic, reached
 // p through another peer.
 func (r *run) forwardCause(p *player, from peer.ID, topic string, sent time.Time) string {
@@ -205,7 +232,7 @@ func (r *run) forwardCause(p *player, from peer.ID, topic string, sent time.Time
 		return causePublisherOffline
 	}
 	if p.host.Network().Connectedness(from) != network.Connected {
-		return causeNotConnected
+		return causeNotConnected + r.newcomerOrMover(p, q, topic, sent)
 	}
 	if at, ok := p.conns.get(from); ok {
 		if at.After(sent) {

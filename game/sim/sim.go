@@ -164,11 +164,11 @@ func (c Config) positionConfig() position.Config {
 	// protocol's default, as in play.
 	if c.SessionMean == 0 && !c.DHTPlacement {
 		pc.CoordinatorTTL = time.Minute
+		// Players meet at start-up through pre-connection and on region
+		// changes through the rendezvous at subscription; the periodic
+		// refresh only catches stragglers.
+		pc.Rendezvous = 20 * time.Second
 	}
-	// Players meet at start-up through pre-connection and on region changes
-	// through the rendezvous at subscription; the periodic refresh only
-	// catches stragglers.
-	pc.Rendezvous = 20 * time.Second
 	return pc
 }
 
