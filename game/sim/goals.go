@@ -55,7 +55,9 @@ func scaleGoals(w io.Writer, sorted []*Report) {
 	fmt.Fprintln(w, "\ngoals (issue #14):")
 	// (a) Bandwidth spread per mode across player counts.
 	for _, group := range byMode(sorted) {
-		if len(group) < 2 {
+		// A spread across world sizes: runs of one size alone say
+		// nothing about growth.
+		if group[0].Players == group[len(group)-1].Players {
 			continue
 		}
 		all := spread(group, func(r *Report) (float64, bool) { return r.BytesSentPerSec.Avg, r.BytesSentPerSec.Avg > 0 })

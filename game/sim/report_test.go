@@ -137,7 +137,9 @@ func TestScaleGoals(t *testing.T) {
 	churn := scaleReport(250, true, 100_000, 120_000, 300)
 	churn.Churn = &Churn{Leave: "handoff", NextCoordinatorMS: Dist{Count: 4, P99: 120}}
 	var b strings.Builder
-	ScaleTable(&b, []*Report{agg1000, direct250, agg250, churn})
+	churn2 := scaleReport(250, true, 130_000, 120_000, 300)
+	churn2.Churn = &Churn{Leave: "handoff"}
+	ScaleTable(&b, []*Report{agg1000, direct250, agg250, churn, churn2})
 	out := b.String()
 	for _, want := range []string{
 		"bandwidth spread, aggregated, 2 runs (250-1000 players): all 100k-117k B/s, 17.0% (missed), interior 120k-125k B/s, 4.2% (met)",
@@ -151,6 +153,9 @@ func TestScaleGoals(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("scale table lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "bandwidth spread, aggregated, churn") {
+		t.Errorf("a spread over runs of one player count:\n%s", out)
 	}
 	if strings.Contains(out, "delay p99, aggregated") {
 		t.Errorf("the delay goal is for direct mode only:\n%s", out)
