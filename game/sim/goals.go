@@ -54,7 +54,7 @@ func kindTable(w io.Writer, sorted []*Report) {
 func scaleGoals(w io.Writer, sorted []*Report) {
 	fmt.Fprintln(w, "\ngoals (issue #14):")
 	// (a) Bandwidth spread per mode across player counts.
-	for _, group := range byMode(sorted) {
+	for _, group := range byDensity(byMode(sorted)) {
 		// A spread across world sizes: runs of one size alone say
 		// nothing about growth.
 		if group[0].Players == group[len(group)-1].Players {
@@ -86,8 +86,10 @@ func scaleGoals(w io.Writer, sorted []*Report) {
 		if p := r.Paths; p != nil && p.OneHop+p.Forwarded > 0 {
 			// With links of different latencies, each delivery against
 			// its own link.
-			perDelivery = fmt.Sprintf("; %.2f%% of direct updates over 1.25 x their own link + 10 ms, %.2f%% forwarded",
-				100*float64(p.LateOneHop+p.LateForwarded)/float64(p.OneHop+p.Forwarded), 100*p.ForwardedShare)
+			all := float64(p.OneHop + p.Forwarded)
+			slower := p.Forwarded - p.ForwardedByCause[causeFasterPath]
+			perDelivery = fmt.Sprintf("; %.2f%% of direct updates over 1.25 x their own link + 10 ms, %.2f%% forwarded later than their link's latency",
+				100*float64(p.LateOneHop+p.LateForwarded)/all, 100*float64(slower)/all)
 		}
 		fmt.Fprintf(w, "  delay p99, %s, %d players: %.0f ms against 1.25 x link p99 %.0f ms + 10 ms = %.0f ms: %s%s\n",
 			r.modeName(), r.Players, r.DelayMS.P99, r.LinkLatencyMS.P99, bound, verdict, perDelivery)
@@ -140,6 +142,26 @@ func byMode(sorted []*Report) [][]*Report {
 		}
 		out = append(out, sorted[i:j])
 		i = j
+	}
+	return out
+}
+
+// byDensity splits each mode's runs (sorted by players) into runs of about
+// one density (players per region within 10 % of the first's): the goal
+// is flat bandwidth at constant density.
+func byDensity(groups [][]*Report) [][]*Report {
+	density := func(r *Report) float64 { return float64(r.Players) / float64(r.Regions) }
+	var out [][]*Report
+	for _, g := range groups {
+		var cur []*Report
+		for _, r := range g {
+			if len(cur) > 0 && (density(r) > 1.1*density(cur[0]) || density(r) < density(cur[0])/1.1) {
+				out = append(out, cur)
+				cur = nil
+			}
+			cur = append(cur, r)
+		}
+		out = append(out, cur)
 	}
 	return out
 }

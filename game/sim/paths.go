@@ -28,6 +28,7 @@ import (
 
 // Causes of a forwarded delivery, in the order they are tested.
 const (
+	causeFasterPath       = "forwarded copy first, within the direct link's latency"
 	causePublisherOffline = "publisher offline"
 	causeNotConnected     = "not connected"
 	causeConnectedLate    = "connected after the send"
@@ -190,11 +191,18 @@ func (r *run) positionPath(p *player, msg *pubsub.Message) {
 	}
 	now := time.Now()
 	sent := time.UnixMicro(u.GetSentUnixMicro())
+	link := r.latency(from, p.id)
 	cause := ""
-	if msg.ReceivedFrom != from {
+	switch {
+	case msg.ReceivedFrom == from:
+	case now.Sub(sent) <= link:
+		// With links of different latencies two short hops can beat
+		// one long one: the direct copy may well be on its way.
+		cause = causeFasterPath
+	default:
 		cause = r.forwardCause(p, from, msg.GetTopic(), sent)
 	}
-	r.paths.record(now.Sub(sent), r.latency(from, p.id), cause)
+	r.paths.record(now.Sub(sent), link, cause)
 }
 
 // newcomerOrMover tells, for two players not connected, which of them

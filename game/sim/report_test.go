@@ -137,9 +137,11 @@ func TestScaleGoals(t *testing.T) {
 	churn := scaleReport(250, true, 100_000, 120_000, 300)
 	churn.Churn = &Churn{Leave: "handoff", NextCoordinatorMS: Dist{Count: 4, P99: 120}}
 	var b strings.Builder
+	denser := scaleReport(2000, true, 300_000, 300_000, 300)
+	denser.Regions = 200 // 10 players a region, twice the others'
 	churn2 := scaleReport(250, true, 130_000, 120_000, 300)
 	churn2.Churn = &Churn{Leave: "handoff"}
-	ScaleTable(&b, []*Report{agg1000, direct250, agg250, churn, churn2})
+	ScaleTable(&b, []*Report{agg1000, direct250, agg250, churn, churn2, denser})
 	out := b.String()
 	for _, want := range []string{
 		"bandwidth spread, aggregated, 2 runs (250-1000 players): all 100k-117k B/s, 17.0% (missed), interior 120k-125k B/s, 4.2% (met)",
@@ -153,6 +155,9 @@ func TestScaleGoals(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("scale table lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "bandwidth spread, aggregated, 3 runs") {
+		t.Errorf("a spread over runs of different densities:\n%s", out)
 	}
 	if strings.Contains(out, "bandwidth spread, aggregated, churn") {
 		t.Errorf("a spread over runs of one player count:\n%s", out)
