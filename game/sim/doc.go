@@ -22,8 +22,9 @@
 // fights use game/play's fight protocol pieces (play.NewAttack, SendAttack,
 // ...). One driver moves every online bot each step; with churn a loop
 // ends sessions and puts a new player in each leaver's place (churn.go).
-// Gossipsub tracers count RPCs and bytes per node; delivery hooks record
-// delays; the region services' role changes feed a log of coordinator
+// Gossipsub tracers count RPCs and bytes per node (by kind, bandwidth.go)
+// and tell the path each direct update took (paths.go); delivery hooks
+// record delays; the region services' role changes feed a log of coordinator
 // changes (roles.go). After the warm-up a window of Duration is measured:
 // every player's counters are read when it opens (or at a later join) and
 // when it closes (or at the player's leave), and summarised into a Report

@@ -23,9 +23,19 @@ type wireCounter struct {
 	// eventBytesIn counts the published messages of region event topics
 	// (the workload's committed updates) received.
 	eventBytesIn atomic.Uint64
+	// posBytesIn/Out and eventBytesOut split the RPC bytes by kind: the
+	// published messages of position topics (updates, batches, summaries)
+	// and of region event topics; the rest of each RPC is gossipsub's own
+	// (subscriptions, IHAVE/IWANT/GRAFT/PRUNE, message framing).
+	posBytesIn, posBytesOut, eventBytesOut atomic.Uint64
 	// positions, if set, is told of every message gossipsub delivers
 	// (play bots, whose position service has no delivery hook to offer).
 	positions func(*pubsub.Message)
+	// paths, if set, is told of the same messages, to tell the path each
+	// took (see pathRecorder).
+	paths func(*pubsub.Message)
+	// topics are the topics this node subscribes to, since when.
+	topics since[string]
 }
 
 func framed(rpc *pubsub.RPC) uint64 {
@@ -36,16 +46,31 @@ func framed(rpc *pubsub.RPC) uint64 {
 func (w *wireCounter) RecvRPC(rpc *pubsub.RPC) {
 	w.rpcsIn.Add(1)
 	w.bytesIn.Add(framed(rpc))
-	for _, m := range rpc.Publish {
-		if strings.HasSuffix(m.GetTopic(), "/events") {
-			w.eventBytesIn.Add(uint64(proto.Size(m)))
-		}
-	}
+	pos, events := publishedBytes(rpc)
+	w.posBytesIn.Add(pos)
+	w.eventBytesIn.Add(events)
 }
 
 func (w *wireCounter) SendRPC(rpc *pubsub.RPC, _ peer.ID) {
 	w.rpcsOut.Add(1)
 	w.bytesOut.Add(framed(rpc))
+	pos, events := publishedBytes(rpc)
+	w.posBytesOut.Add(pos)
+	w.eventBytesOut.Add(events)
+}
+
+// publishedBytes are the sizes of rpc's published messages on position
+// topics ("/pos", "/sum/...") and on region event topics.
+func publishedBytes(rpc *pubsub.RPC) (pos, events uint64) {
+	for _, m := range rpc.Publish {
+		switch t := m.GetTopic(); {
+		case strings.HasSuffix(t, "/events"):
+			events += uint64(proto.Size(m))
+		case strings.HasSuffix(t, "/pos") || strings.Contains(t, "/sum/"):
+			pos += uint64(proto.Size(m))
+		}
+	}
+	return pos, events
 }
 
 func (w *wireCounter) DropRPC(*pubsub.RPC, peer.ID)             { w.dropped.Add(1) }
@@ -54,14 +79,17 @@ func (w *wireCounter) AddPeer(peer.ID, protocol.ID)             {}
 func (w *wireCounter) RemovePeer(peer.ID)                       {}
 func (w *wireCounter) OnNewOutboundStream(peer.ID, protocol.ID) {}
 func (w *wireCounter) OnClosedOutboundStream(peer.ID)           {}
-func (w *wireCounter) Join(string)                              {}
-func (w *wireCounter) Leave(string)                             {}
+func (w *wireCounter) Join(topic string)                        { w.topics.begin(topic, time.Now()) }
+func (w *wireCounter) Leave(topic string)                       { w.topics.end(topic) }
 func (w *wireCounter) Graft(peer.ID, string)                    {}
 func (w *wireCounter) Prune(peer.ID, string)                    {}
 func (w *wireCounter) ValidateMessage(*pubsub.Message)          {}
 func (w *wireCounter) DeliverMessage(m *pubsub.Message) {
 	if w.positions != nil {
 		w.positions(m)
+	}
+	if w.paths != nil {
+		w.paths(m)
 	}
 }
 func (w *wireCounter) RejectMessage(*pubsub.Message, string) {}
@@ -70,10 +98,12 @@ func (w *wireCounter) ThrottlePeer(peer.ID)                  {}
 
 type wireSnapshot struct {
 	rpcsIn, rpcsOut, bytesIn, bytesOut, dropped, undeliverable, eventBytesIn uint64
+	posBytesIn, posBytesOut, eventBytesOut                                   uint64
 }
 
 func (w *wireCounter) snapshot() wireSnapshot {
-	return wireSnapshot{w.rpcsIn.Load(), w.rpcsOut.Load(), w.bytesIn.Load(), w.bytesOut.Load(), w.dropped.Load(), w.undeliverable.Load(), w.eventBytesIn.Load()}
+	return wireSnapshot{w.rpcsIn.Load(), w.rpcsOut.Load(), w.bytesIn.Load(), w.bytesOut.Load(), w.dropped.Load(), w.undeliverable.Load(), w.eventBytesIn.Load(),
+		w.posBytesIn.Load(), w.posBytesOut.Load(), w.eventBytesOut.Load()}
 }
 
 // delays collects update delays (arrival minus send) and, beside each, the

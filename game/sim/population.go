@@ -52,6 +52,13 @@ type player struct {
 	// walker's region, x<<32|y, for the workload.
 	start  regions.Coord
 	region atomic.Int64
+	// regionSince is when the player entered its region (Unix ns).
+	regionSince atomic.Int64
+	// borderSteps counts the drive steps the player was in a border
+	// region (see run.onBorder).
+	borderSteps atomic.Uint64
+	// conns are the player's connections, since when (see positionPath).
+	conns since[peer.ID]
 
 	// stop ends the player's goroutines (position service, actor); done
 	// counts them.
@@ -66,7 +73,17 @@ type player struct {
 	first, last *snapshot
 }
 
-func (p *player) setRegion(c regions.Coord) { p.region.Store(int64(c.X)<<32 | int64(uint32(c.Y))) }
+// currentRegion is the region setRegion last stored.
+func (p *player) currentRegion() regions.Coord {
+	v := p.region.Load()
+	return regions.Coord{X: int(v >> 32), Y: int(int32(uint32(v)))}
+}
+
+func (p *player) setRegion(c regions.Coord) {
+	if v := int64(c.X)<<32 | int64(uint32(c.Y)); p.region.Swap(v) != v || p.regionSince.Load() == 0 {
+		p.regionSince.Store(time.Now().UnixNano())
+	}
+}
 
 // positionStats are the player's position service's counters.
 func (p *player) positionStats() position.Stats {
@@ -237,6 +254,10 @@ func (r *run) newPlayer(ctx context.Context, idx int, start regions.Coord) (*pla
 	}
 	p := &player{idx: idx, id: h.ID(), start: start, wire: &wireCounter{}, follow: &follower{}, gate: &leaveGate{}, reg: prometheus.NewRegistry()}
 	p.host = h
+	h.Network().Notify(connNotifee(&p.conns))
+	if !r.cfg.PlayBots {
+		p.wire.paths = func(msg *pubsub.Message) { r.positionPath(p, msg) }
+	}
 	opts := []node.Option{node.WithHost(p.host), node.WithEveryPeerReachable(),
 		node.WithRegisterer(p.reg),
 		node.WithGossipSubParams(SimGossipSubParams()),

@@ -70,6 +70,13 @@ type Report struct {
 	DelayMS       Dist    `json:"update_delay_ms"`
 	LinkLatencyMS Dist    `json:"link_latency_ms"`
 	BatchedShare  float64 `json:"batched_share"`
+	// Paths are the direct updates (a player's own, not batched)
+	// delivered in the window by the path they took: straight from the
+	// publisher or forwarded, and why; nil if none (play bots).
+	Paths *Paths `json:"update_paths,omitempty"`
+	// Bandwidth is the per-player bandwidth by kind, for all players and
+	// for interior and border players apart.
+	Bandwidth *BandwidthSplit `json:"bandwidth_split,omitempty"`
 
 	// Coordinator load: regions each peer published batches for, and the
 	// player updates it received, per peer that coordinated anything.
@@ -185,6 +192,7 @@ func buildReport(cfg Config, pc position.Config, window []windowEntry, measured 
 		r.LostFollowingShare = float64(r.LostFollowing) / float64(dueFollowing)
 	}
 	r.MsgsSentPerSec, r.MsgsRecvPerSec = summarise(msgsOut), summarise(msgsIn)
+	r.Bandwidth = splitBandwidth(window)
 	r.BytesSentPerSec, r.BytesRecvPerSec = summarise(r.bytesSent), summarise(r.bytesRecv)
 	rec.mu.Lock()
 	r.delays, r.links = rec.delay, rec.link
@@ -299,6 +307,8 @@ func (r *Report) Summary(w io.Writer) {
 	d("bytes received per node", r.BytesRecvPerSec, "B/s")
 	d("update delay", r.DelayMS, "ms")
 	d("link latency (same pairs)", r.LinkLatencyMS, "ms")
+	r.Paths.summary(w, d)
+	r.Bandwidth.summary(w)
 	d("regions per coordinator", r.RegionsPerCoordinator, "")
 	fmt.Fprintf(w, "  deliveries %d, lost while following %d (%.3f%%), sequence gaps %d (%.3f%%), reordered %d, rejected %v, ignored %s, dropped RPCs %d, uplink failed %d, coordinators %d\n",
 		r.Delivered, r.LostFollowing, 100*r.LostFollowingShare, r.Lost, 100*r.LostShare, r.Reordered, r.Rejected, sortedCounts(r.Ignored), r.DroppedRPCs, r.UplinkFailed, r.Coordinators)

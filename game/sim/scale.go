@@ -75,14 +75,16 @@ func sortScale(reports []*Report) []*Report {
 // player count, and for each mode how per-player bandwidth changed from
 // the fewest players to the most.
 func ScaleTable(w io.Writer, reports []*Report) {
-	fmt.Fprintln(w, "| mode | players | regions | per region | B/s per player sent avg / p99 | recv avg | msgs/s per player sent / recv | delay p50 / p99 ms | link p99 ms | peers/player | heap + stacks MB/player | goroutines/player | wall s | peak RSS GB |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| mode | players | regions | per region | B/s per player sent avg / p99 | recv avg | interior sent avg (players) | border sent avg (players) | msgs/s per player sent / recv | delay p50 / p99 ms | link p99 ms | peers/player | heap + stacks MB/player | goroutines/player | wall s | peak RSS GB |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	sorted := sortScale(reports)
 	for _, r := range sorted {
 		m := r.Memory
-		fmt.Fprintf(w, "| %s | %d | %d | %.1f | %.0fk / %.0fk | %.0fk | %.0f / %.0f | %.0f / %.0f | %.0f | %.0f | %.2f + %.2f | %.0f | %.0f | %.2f |\n",
+		fmt.Fprintf(w, "| %s | %d | %d | %.1f | %.0fk / %.0fk | %.0fk | %s | %s | %.0f / %.0f | %.0f / %.0f | %.0f | %.0f | %.2f + %.2f | %.0f | %.0f | %.2f |\n",
 			r.modeName(), r.Players, r.Regions, float64(r.Players)/float64(r.Regions),
 			r.BytesSentPerSec.Avg/1000, r.BytesSentPerSec.P99/1000, r.BytesRecvPerSec.Avg/1000,
+			groupCell(r, func(s *BandwidthSplit) Bandwidth { return s.Interior }),
+			groupCell(r, func(s *BandwidthSplit) Bandwidth { return s.Border }),
 			r.MsgsSentPerSec.Avg, r.MsgsRecvPerSec.Avg,
 			r.DelayMS.P50, r.DelayMS.P99, r.LinkLatencyMS.P99, m.PeersPerPlayer.Avg,
 			m.HeapPerPlayerMB, m.StacksPerPlayerMB, m.GoroutinesPerPlayer, r.WallSeconds, r.Load.PeakRSSMB/1024)
@@ -100,6 +102,21 @@ func ScaleTable(w io.Writer, reports []*Report) {
 		}
 		i = j
 	}
+	kindTable(w, sorted)
+	scaleGoals(w, sorted)
+}
+
+// groupCell is a group's average bytes sent per player and its players,
+// or "-" for a report without the split (written before it existed).
+func groupCell(r *Report, group func(*BandwidthSplit) Bandwidth) string {
+	if r.Bandwidth == nil {
+		return "-"
+	}
+	g := group(r.Bandwidth)
+	if g.Players == 0 {
+		return "- (0)"
+	}
+	return fmt.Sprintf("%.0fk (%d)", g.BytesSentPerSec.Avg/1000, g.Players)
 }
 
 // WriteScalePlots writes scale-bandwidth.svg and scale-delay.svg into dir

@@ -28,12 +28,11 @@ import (
 //	OVERWORLD_SIM_AGGREGATE=1 OVERWORLD_SIM_OUT=/tmp/sim-virtual \
 //	go test ./game/sim -run TestVirtualTime -v -timeout 3h
 //
-// Also OVERWORLD_SIM_WARMUP, OVERWORLD_SIM_EAT_EVERY and
+// Also OVERWORLD_SIM_WARMUP, OVERWORLD_SIM_LATENCY_MIN and _MAX (the range
+// of the links' one-way latency), OVERWORLD_SIM_EAT_EVERY and
 // OVERWORLD_SIM_FIGHT_EVERY (durations, 0 turns the action off),
 // OVERWORLD_SIM_SESSION_MEAN (churn: the mean session, a duration) with
-// OVERWORLD_SIM_LEAVE=handoff|crash, OVERWORLD_SIM_LATENCY_MIN and
-// OVERWORLD_SIM_LATENCY_MAX (the links' one-way latency range),
-// OVERWORLD_SIM_DHT=1 (placement by DHT
+// OVERWORLD_SIM_LEAVE=handoff|crash, OVERWORLD_SIM_DHT=1 (placement by DHT
 // lookups), OVERWORLD_SIM_HEAPPROFILE and OVERWORLD_SIM_GOROUTINEPROFILE
 // (files: the heap and the goroutines at the end of the window) and
 // OVERWORLD_SIM_BOTS=play (players are game/play's runtime with a bot)
@@ -64,11 +63,11 @@ func TestVirtualTime(t *testing.T) {
 	atoi("OVERWORLD_SIM_REGIONS", &cfg.Regions)
 	duration("OVERWORLD_SIM_DURATION", &cfg.Duration)
 	duration("OVERWORLD_SIM_WARMUP", &cfg.Warmup)
+	duration("OVERWORLD_SIM_LATENCY_MIN", &cfg.LatencyMin)
+	duration("OVERWORLD_SIM_LATENCY_MAX", &cfg.LatencyMax)
 	duration("OVERWORLD_SIM_EAT_EVERY", &cfg.EatEvery)
 	duration("OVERWORLD_SIM_FIGHT_EVERY", &cfg.FightEvery)
 	duration("OVERWORLD_SIM_SESSION_MEAN", &cfg.SessionMean)
-	duration("OVERWORLD_SIM_LATENCY_MIN", &cfg.LatencyMin)
-	duration("OVERWORLD_SIM_LATENCY_MAX", &cfg.LatencyMax)
 	if v := os.Getenv("OVERWORLD_SIM_LEAVE"); v != "" {
 		cfg.Leave = LeaveMode(v)
 	}

@@ -21,6 +21,14 @@ type snapshot struct {
 	stats position.Stats
 	// workloadOut and workloadIn are the workload's stream bytes.
 	workloadOut, workloadIn uint64
+	// hostOut and hostIn are every stream's bytes (gossipsub, position,
+	// workload, DHT, identify, the region service's own).
+	hostOut, hostIn uint64
+	// border: the player's region was a border region (see
+	// run.onBorder) when the counters were read; borderSteps counts the
+	// drive steps it was on one.
+	border      bool
+	borderSteps uint64
 	// takeovers are the regions this player started coordinating, by how
 	// it got their state; answers the region requests it answered, by
 	// status (from the region service's metrics).
@@ -43,6 +51,14 @@ type windowEntry struct {
 	role string
 }
 
+// interior reports whether the player followed only regions inside the
+// world throughout its part of the window: its region was no border
+// region at either end nor at any drive step between. Play bots, whose
+// walk the simulator does not see, count as border players.
+func (e windowEntry) interior() bool {
+	return e.p.walker != nil && !e.first.border && !e.last.border && e.last.borderSteps == e.first.borderSteps
+}
+
 // minOnlineSeconds is the least time online in the window for a player's
 // rates to count: a player who joined a moment before the window closed
 // has rates made of a handful of messages.
@@ -50,9 +66,11 @@ const minOnlineSeconds = 1.0
 
 func (r *run) snapshotOf(p *player) *snapshot {
 	s := &snapshot{wire: p.wire.snapshot(), stats: p.positionStats(),
+		border: p.walker == nil || r.onBorder(p.currentRegion()), borderSteps: p.borderSteps.Load(),
 		takeovers: map[string]uint64{}, answers: map[string]uint64{}, play: map[string]uint64{},
 		lostFollowing: p.follow.lost.Load(), dueFollowing: p.follow.due.Load()}
 	s.workloadOut, s.workloadIn = p.host.TrackedBytes()
+	s.hostOut, s.hostIn = p.host.Bytes()
 	if p.rsvc == nil {
 		return s
 	}

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
@@ -284,9 +287,27 @@ func (s *Service) rendezvousWith(ctx context.Context, c regions.Coord) error {
 			return fmt.Errorf("join region %s at %s: %w", c, coord, err)
 		}
 	}
-	for _, mem := range members.Members {
+	connectMembers(ctx, s.h, s.log, c, members.Members)
+	return nil
+}
+
+// memberDials bounds the connections one rendezvous opens at a time.
+const memberDials = 32
+
+// connectMembers connects h to the members a rendezvous named, several at
+// a time, and returns when every attempt has ended. A connection waits for
+// identify, a round trip; one after the other, a newcomer meeting the
+// fifty players around it took seconds (past the rendezvous timeout at
+// longer links), and until then its updates and theirs reached each other
+// only through forwarding peers, a hop late.
+func connectMembers(ctx context.Context, h host.Host, log *slog.Logger, c regions.Coord, members []*Member) {
+	self := h.ID()
+	slots := make(chan struct{}, memberDials)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, mem := range members {
 		id := peer.ID(mem.Id)
-		if id == s.self || s.h.Network().Connectedness(id) == network.Connected {
+		if id == self || h.Network().Connectedness(id) == network.Connected {
 			continue
 		}
 		var addrs []ma.Multiaddr
@@ -295,12 +316,19 @@ func (s *Service) rendezvousWith(ctx context.Context, c regions.Coord) error {
 				addrs = append(addrs, a)
 			}
 		}
-		s.h.Peerstore().AddAddrs(id, addrs, peerstore.TempAddrTTL)
-		if err := s.h.Connect(ctx, peer.AddrInfo{ID: id, Addrs: addrs}); err != nil {
-			s.log.Debug("connect to region member", "region", c, "peer", id, "err", err)
+		h.Peerstore().AddAddrs(id, addrs, peerstore.TempAddrTTL)
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
 		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := h.Connect(ctx, peer.AddrInfo{ID: id, Addrs: addrs}); err != nil {
+				log.Debug("connect to region member", "region", c, "peer", id, "err", err)
+			}
+		})
 	}
-	return nil
 }
 
 func (s *Service) join(ctx context.Context, coord peer.ID, c regions.Coord) (*Members, error) {
