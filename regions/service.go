@@ -334,12 +334,22 @@ func (s *Service) isExcluded(p peer.ID) bool {
 // replicaChoice is the best replica for region c in this peer's view: the
 // closest live peer but this one, leaving out excluded replicas and skip.
 func (s *Service) replicaChoice(c Coord, skip ...peer.ID) peer.ID {
-	for _, p := range s.placement(c, skip...) {
-		if p != s.h.ID() && !s.isExcluded(p) {
-			return p
+	order := s.placement(c, skip...)
+	return replicaIn(order, s.h.ID(), s.excludedAmong(order))
+}
+
+// excludedAmong are the peers of order left out as replicas.
+func (s *Service) excludedAmong(order []peer.ID) map[peer.ID]bool {
+	var out map[peer.ID]bool
+	for _, p := range order {
+		if p != s.h.ID() && s.isExcluded(p) {
+			if out == nil {
+				out = map[peer.ID]bool{}
+			}
+			out[p] = true
 		}
 	}
-	return ""
+	return out
 }
 
 // heard records a sign of life from p.
@@ -1056,7 +1066,7 @@ func suspected(req *pb.Request, p peer.ID) bool {
 	return false
 }
 
-// --- maintenance --------------------------------------------------------------
+// --- roles --------------------------------------------------------------------
 
 // Role returns this peer's role in region c.
 func (s *Service) Role(c Coord) Role {
@@ -1079,267 +1089,6 @@ func roleOf(r pb.Role) Role {
 		return RoleReplica
 	default:
 		return RoleNone
-	}
-}
-
-// reportRoles tells OnRoleChange about roles that changed since the last
-// report.
-func (s *Service) reportRoles() {
-	if s.cfg.OnRoleChange == nil {
-		return
-	}
-	for _, c := range s.heldRegions() {
-		r := s.Role(c)
-		if s.reported[c] != r {
-			s.reported[c] = r
-			s.cfg.OnRoleChange(c, r)
-		}
-	}
-}
-
-// recheckTicks is how many maintenance periods pass between re-probes of
-// peers marked dead that are still connected: on an overloaded peer a
-// probe can time out although its target lives, and such a peer must not
-// stay out of placement for the whole DeadFor.
-const recheckTicks = 4
-
-func (s *Service) recheckDead() {
-	s.liveMu.Lock()
-	var suspects []peer.ID
-	for p := range s.dead {
-		if len(suspects) < 8 && s.tr.Connected(p) {
-			suspects = append(suspects, p)
-		}
-	}
-	s.liveMu.Unlock()
-	for _, p := range suspects {
-		s.spawn(func() { s.probe(p) })
-	}
-}
-
-// lonelyRefreshTicks is how many maintenance periods a peer that knows
-// fewer than two other region peers waits between routing table refreshes.
-const lonelyRefreshTicks = 10
-
-func (s *Service) maintainLoop() {
-	defer s.wg.Done()
-	tick := time.NewTicker(s.cfg.MaintainEvery)
-	defer tick.Stop()
-	var ticks int
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-tick.C:
-			for _, c := range s.heldRegions() {
-				s.maintain(c, wakeup{})
-			}
-			s.expireLocks()
-			s.reportRoles()
-			if ticks%recheckTicks == 0 {
-				s.recheckDead()
-			}
-			// A peer that knows almost no region peers may have joined
-			// before the others registered with the bootstrap node; the
-			// DHT's own refresh is minutes away.
-			if ticks++; ticks%lonelyRefreshTicks == 0 && len(s.candidates()) < 3 {
-				s.tr.RefreshRoutingTable()
-			}
-		case w := <-s.wake:
-			s.maintain(w.c, w)
-		case p := <-s.downed:
-			s.peerDown(p)
-		}
-	}
-}
-
-// peerDown reacts to the last connection to p closing: if p coordinates or
-// replicates a region this peer holds, check it and fail over at once.
-func (s *Service) peerDown(p peer.ID) {
-	var affected []Coord
-	for _, c := range s.heldRegions() {
-		sl := s.slot(c)
-		sl.mu.Lock()
-		if sl.m.coordinator == p || sl.m.replica == p {
-			affected = append(affected, c)
-		}
-		sl.mu.Unlock()
-	}
-	if len(affected) == 0 {
-		return
-	}
-	s.spawn(func() {
-		if s.probe(p) {
-			return
-		}
-		for _, c := range affected {
-			select {
-			case s.wake <- wakeup{c: c, nudged: true}:
-			default:
-			}
-		}
-	})
-}
-
-// maintain checks this peer's role for region c against its view of the
-// live peers.
-// wakeup asks maintain to look at region c now (nudged: not on the
-// periodic check); nudger is the peer that nudged this one about it (""
-// after a death).
-type wakeup struct {
-	c      Coord
-	nudged bool
-	nudger peer.ID
-}
-
-func (s *Service) maintain(c Coord, w wakeup) {
-	nudged := w.nudged
-	sl := s.existingSlot(c)
-	if sl == nil {
-		// Nothing held: a nudge asks this peer to take the region if it
-		// is the closest (a slot is made only then).
-		if nudged && s.placement(c)[0] == s.h.ID() {
-			s.beginAcquire(c, false, w.nudger)
-		}
-		return
-	}
-	sl.mu.Lock()
-	role, coord, replica, acquiring := sl.m.role, sl.m.coordinator, sl.m.replica, sl.acquiring
-	sl.mu.Unlock()
-	if acquiring {
-		return
-	}
-	switch role {
-	case pb.Role_ROLE_COORDINATOR:
-		order := s.placement(c)
-		if order[0] != s.h.ID() {
-			if s.stepDownEmpty(c, sl, order[0]) {
-				return
-			}
-			// A closer peer exists: it should take over (hand-off).
-			sl.mu.Lock()
-			due := time.Since(sl.lastNudge) > 4*s.cfg.MaintainEvery
-			if due {
-				sl.lastNudge = time.Now()
-			}
-			sl.mu.Unlock()
-			if due {
-				target := order[0]
-				s.log.Debug("a closer peer should coordinate; nudging it", "region", c, "closer", target)
-				s.spawn(func() { s.nudge(target, c) })
-			}
-			// The queue moves on meanwhile, and a lease that came since
-			// gets this peer's copy compared under it: until then its copy
-			// is not claimed as the lease's, and the closer peer, nudged,
-			// would not take it over from the lease holder.
-			sl.mu.Lock()
-			s.feedLease(c, sl)
-			eff := sl.m.Kick(time.Now())
-			sl.mu.Unlock()
-			s.run(c, sl, eff)
-			return
-		}
-		if nudged {
-			// Nudged to take a region it already coordinates: the nudger
-			// holds the region too, in a newer epoch if a false suspicion
-			// made it take over while this peer, unable to commit (the
-			// lease went with it), had nothing to replicate and so never
-			// heard of the newer epoch. acquire compares the copies and
-			// takes the fresher one back by hand-off.
-			s.log.Debug("nudged while coordinating; comparing copies", "region", c)
-			s.beginAcquire(c, true, w.nudger)
-			return
-		}
-		// The replica follows placement (the machine applies a change
-		// between two messages to the replica, so a steady stream of
-		// writes does not keep an old one), and the queue moves on if it
-		// waited for this peer's lease proof.
-		desired := s.replicaChoice(c)
-		sl.mu.Lock()
-		var eff effects
-		if desired != replica {
-			s.feedLease(c, sl)
-			eff = sl.m.SetReplica(desired, time.Now())
-		} else {
-			s.feedLease(c, sl)
-			eff = sl.m.Kick(time.Now())
-		}
-		sl.mu.Unlock()
-		s.run(c, sl, eff)
-	case pb.Role_ROLE_REPLICA:
-		// A nudge from the coordinator (which sees this peer closer, or
-		// steps aside) asks the replica to take the region over, unless
-		// this peer steps aside itself; acquire defers to a closer holder
-		// that does not step aside.
-		if !s.alive(coord) || (nudged && s.eligible(c)) {
-			s.beginAcquire(c, false, w.nudger)
-			return
-		}
-		// Now and then a replica checks that its coordinator still
-		// replicates to it: a retirement can be lost, and an old copy
-		// kept would be taken over, stale, if the coordinator died.
-		sl.mu.Lock()
-		due := time.Since(sl.lastCheck) > replicaCheckEvery*s.cfg.MaintainEvery
-		if due {
-			sl.lastCheck = time.Now()
-		}
-		sl.mu.Unlock()
-		if due {
-			s.spawn(func() { s.checkReplicaCopy(c, sl, coord) })
-		}
-	default:
-		if nudged {
-			if order := s.placement(c); order[0] == s.h.ID() {
-				s.beginAcquire(c, false, w.nudger)
-			}
-		}
-	}
-}
-
-// replicaCheckEvery is how many maintenance periods pass between a
-// replica's checks that its coordinator still replicates to it.
-const replicaCheckEvery = 6
-
-func (s *Service) checkReplicaCopy(c Coord, sl *slot, coord peer.ID) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	reply, err := s.call(ctx, coord, c, &pb.Message{Body: &pb.Message_Info{Info: &pb.Info{}}})
-	if err != nil || reply.GetInfoReply() == nil {
-		return
-	}
-	sl.mu.Lock()
-	sl.m.Dropped(coord, reply.GetInfoReply())
-	sl.mu.Unlock()
-}
-
-// stepDownEmpty ends this peer's coordination of region c if a closer
-// peer exists, nothing was ever committed here and the commit gate does
-// not let this peer commit: a peer whose view was thin when the region
-// was first asked for created it empty, and another peer coordinates it
-// under the lease. It has nothing to hand over, and would otherwise
-// stay a second coordinator that keeps asking for the lease.
-func (s *Service) stepDownEmpty(c Coord, sl *slot, closer peer.ID) bool {
-	if _, ok := s.cfg.Gate.Allowed(c); ok {
-		return false
-	}
-	sl.mu.Lock()
-	m := sl.m
-	if m.role != pb.Role_ROLE_COORDINATOR || m.seq != 0 || len(m.objects) != 0 || m.outstanding || len(m.inflight) != 0 {
-		sl.mu.Unlock()
-		return false
-	}
-	eff := m.stepDown(closer)
-	sl.mu.Unlock()
-	s.log.Debug("stepping down from an empty region another peer coordinates", "region", c, "closer", closer)
-	s.run(c, sl, eff)
-	return true
-}
-
-func (s *Service) nudge(p peer.ID, c Coord) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	if _, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_Nudge{Nudge: &pb.Nudge{}}}); err != nil {
-		s.markDead(p)
 	}
 }
 
