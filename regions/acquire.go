@@ -83,21 +83,27 @@ func (s *Service) weigh(c Coord, h *holder) {
 // The decisions are the acquisition's (acquisition.go); drive carries
 // them out.
 func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
-	ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
-	defer cancel()
+	// The lookup counts against the acquisition's deadline.
+	begun := time.Now()
 	sl.mu.Lock()
 	stateless := sl.m.role == pb.Role_ROLE_NONE
 	sl.mu.Unlock()
 	if stateless {
 		// Without a copy of the region this peer may be new and its view
 		// thin: look the key up so that a closer coordinator is found.
+		ctx, cancel := context.WithTimeout(s.ctx, s.acquireTimeout())
 		if _, _, err := s.Locate(ctx, c); err != nil {
 			s.log.Debug("lookup before acquiring failed", "region", c, "err", err)
 		}
+		cancel()
 	}
-	a := newAcquisition(acqTake, s.h.ID(), c, s.askList(c, nudger), 0, s.acqChecks(c), s.log)
-	s.drive(ctx, c, sl, a)
+	a := newAcquisition(acqTake, s.h.ID(), c, s.askList(c, nudger), 0, s.acquireTimeout(), s.acqChecks(c), s.log)
+	s.drive(c, sl, a, begun)
 }
+
+// acquireTimeout is how long an acquisition or a comparison of copies
+// may wait for the network: a few round trips.
+func (s *Service) acquireTimeout() time.Duration { return 3 * s.cfg.RequestTimeout }
 
 // askList is whom acquiring or comparing copies of region c asks what
 // they hold: the next closest peers, the nudger, and the coordinators
@@ -149,12 +155,8 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 	done := make(chan struct{})
 	sl.acquired = done
 	sl.mu.Unlock()
-	ok := func() bool {
-		ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
-		defer cancel()
-		a := newAcquisition(acqCompare, s.h.ID(), c, s.askList(c, ""), lease, s.acqChecks(c), s.log)
-		return s.drive(ctx, c, sl, a).compared()
-	}()
+	a := newAcquisition(acqCompare, s.h.ID(), c, s.askList(c, ""), lease, s.acquireTimeout(), s.acqChecks(c), s.log)
+	ok := s.drive(c, sl, a, time.Now()).compared()
 	sl.mu.Lock()
 	sl.acquiring, sl.source = false, ""
 	s.feedLease(c, sl)
@@ -164,13 +166,18 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 	s.run(c, sl, eff)
 }
 
-// drive runs acquisition a of region c to its end and returns how it
-// ended: it carries out each step's effects, asks peers on goroutines
-// the Service owns, and feeds their answers back, one at a time, and the
-// end of ctx as the deadline. Requests that reach this peer meanwhile
-// wait for the acquisition (slot.acquired, set by the caller), or are
-// forwarded to the peer asked for a hand-off while it answers.
-func (s *Service) drive(ctx context.Context, c Coord, sl *slot, a *acquisition) acqResult {
+// drive runs acquisition a of region c, begun at begun, to its end and
+// returns how it ended: it carries out each step's effects, asks peers on
+// goroutines the Service owns, and feeds their answers back, one at a
+// time; it arms the timer of the deadline Start returns and feeds the
+// deadline when it fires (or when the Service closes). Requests that
+// reach this peer meanwhile wait for the acquisition (slot.acquired, set
+// by the caller), or are forwarded to the peer asked for a hand-off while
+// it answers.
+func (s *Service) drive(c Coord, sl *slot, a *acquisition, begun time.Time) acqResult {
+	// The asks end at the deadline, or when the acquisition does.
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
 	inputs := make(chan acqInput)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -181,8 +188,10 @@ func (s *Service) drive(ctx context.Context, c Coord, sl *slot, a *acquisition) 
 		case <-stop:
 		}
 	}
-	deadline := ctx.Done()
-	eff := a.Start()
+	eff := a.Start(begun)
+	timer := time.NewTimer(time.Until(eff.deadline))
+	defer timer.Stop()
+	deadline, closing := timer.C, s.ctx.Done()
 	for {
 		now, ok := s.carryOut(ctx, c, sl, eff, feed)
 		switch {
@@ -201,8 +210,15 @@ func (s *Service) drive(ctx context.Context, c Coord, sl *slot, a *acquisition) 
 			}
 			eff = a.Step(in)
 		case <-deadline:
-			// Once: the asks still running fail with ctx and are fed too.
-			deadline = nil
+			// Once: the asks still running are cancelled, fail and are fed
+			// too.
+			deadline, closing = nil, nil
+			cancel()
+			eff = a.Step(deadlineReached())
+		case <-closing:
+			// Closing ends the acquisition as its deadline would (no new
+			// ask can start then to feed it).
+			deadline, closing = nil, nil
 			eff = a.Step(deadlineReached())
 		}
 	}
