@@ -440,26 +440,37 @@ func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffR
 	default:
 		return &pb.HandoffReply{Error: "no state for region"}
 	}
-	sl.mu.Lock()
-	if sl.m.role != role || sl.m.coordinator != coord {
-		sl.mu.Unlock()
-		return &pb.HandoffReply{Error: "role changed; ask again"}
-	}
-	if sl.handoffs[from] != nil {
-		// The same peer asks again while its first hand-off runs: that
-		// one keeps the reply (as the machine would say).
-		sl.mu.Unlock()
-		return &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(from)}
-	}
-	if sl.handoffs == nil {
-		sl.handoffs = map[peer.ID]chan *pb.HandoffReply{}
-	}
 	ch := make(chan *pb.HandoffReply, 1)
-	sl.handoffs[from] = ch
-	s.feedLease(c, sl)
-	eff := sl.m.Handoff(from, time.Now())
-	sl.mu.Unlock()
-	s.run(c, sl, eff)
+	var refused *pb.HandoffReply
+	ran := s.onLoop(func() {
+		sl.mu.Lock()
+		if sl.m.role != role || sl.m.coordinator != coord {
+			sl.mu.Unlock()
+			refused = &pb.HandoffReply{Error: "role changed; ask again"}
+			return
+		}
+		if sl.handoffs[from] != nil {
+			// The same peer asks again while its first hand-off runs:
+			// that one keeps the reply (as the machine would say).
+			sl.mu.Unlock()
+			refused = &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(from)}
+			return
+		}
+		if sl.handoffs == nil {
+			sl.handoffs = map[peer.ID]chan *pb.HandoffReply{}
+		}
+		sl.handoffs[from] = ch
+		s.feedLease(c, sl)
+		eff := sl.m.Handoff(from, time.Now())
+		sl.mu.Unlock()
+		s.run(c, sl, eff)
+	})
+	switch {
+	case !ran:
+		return &pb.HandoffReply{Error: "shutting down"}
+	case refused != nil:
+		return refused
+	}
 	timer := time.NewTimer(s.cfg.RequestTimeout)
 	defer timer.Stop()
 	unwait := func() {

@@ -36,7 +36,11 @@
 // acknowledged them are the players answered and the changes published on
 // the region's event topic (EventTopic), from which members (Subscribe)
 // keep a cache of the region. Committed request IDs are remembered and
-// replicated, so a retried request is applied once. A CommitGate (the
+// replicated, so a retried request is applied once. The machines step on
+// one loop per Service (loop.go): inbound requests, replications,
+// hand-offs and retirements hand it their steps, the replicas'
+// acknowledgements are fed to it, and it wakes each region's
+// maintenance; exchanges with peers run on goroutines that only talk. A CommitGate (the
 // lease service) is consulted before each batch and its lease ID recorded
 // with every commit; an Authorizer checks every remote peer's token.
 //

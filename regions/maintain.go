@@ -9,10 +9,10 @@ import (
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
-// The Service's side of maintenance: the loop that wakes each region's
-// check when its timer is due or a nudge or a death asks, gathers the
-// facts decideMaintenance (maintenance.go) looks at and carries out what
-// it decides.
+// The Service's side of maintenance: each region's check, woken by the
+// Service's loop (loop.go) when its timer is due or a nudge or a death
+// asks, gathers the facts decideMaintenance (maintenance.go) looks at and
+// carries out what it decides.
 
 // wakeup asks maintain to look at region c now (nudged: not on the
 // periodic check); nudger is the peer that nudged this one about it (""
@@ -32,52 +32,6 @@ const recheckTicks = 4
 // lonelyRefreshTicks is how many maintenance periods a peer that knows
 // fewer than two other region peers waits between routing table refreshes.
 const lonelyRefreshTicks = 10
-
-// maintainLoop runs the checks: each region's when the timer its last
-// check armed is due (a region not checked yet at the next period), the
-// Service's own work (lock expiry, role reports, dead peers' re-probes)
-// once per period, and a region's at once when a nudge or a death wakes
-// it. One timer, armed at the earliest of them, drives it.
-func (s *Service) maintainLoop() {
-	defer s.wg.Done()
-	period := s.cfg.MaintainEvery
-	serviceAt := time.Now().Add(period)
-	due := map[Coord]time.Time{} // each region's next check
-	timer := time.NewTimer(period)
-	defer timer.Stop()
-	var ticks int
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-timer.C:
-			now := time.Now()
-			servicePeriod := !now.Before(serviceAt)
-			for _, c := range s.heldRegions() {
-				at, armed := due[c]
-				if (armed && !now.Before(at)) || (!armed && servicePeriod) {
-					due[c] = s.maintainAt(c, wakeup{}, now)
-				}
-			}
-			if servicePeriod {
-				serviceAt = now.Add(period)
-				s.servicePeriod(ticks)
-				ticks++
-			}
-			next := serviceAt
-			for _, at := range due {
-				if at.Before(next) {
-					next = at
-				}
-			}
-			timer.Reset(max(0, next.Sub(time.Now())))
-		case w := <-s.wake:
-			s.maintain(w.c, w)
-		case p := <-s.downed:
-			s.peerDown(p)
-		}
-	}
-}
 
 // servicePeriod is the Service's own work of one maintenance period;
 // ticks counts the periods before it.
@@ -253,9 +207,11 @@ func (s *Service) checkReplicaCopy(c Coord, sl *slot, coord peer.ID) {
 	if err != nil || reply.GetInfoReply() == nil {
 		return
 	}
-	sl.mu.Lock()
-	sl.m.Dropped(coord, reply.GetInfoReply())
-	sl.mu.Unlock()
+	s.feedLoop(func() {
+		sl.mu.Lock()
+		sl.m.Dropped(coord, reply.GetInfoReply())
+		sl.mu.Unlock()
+	})
 }
 
 // stepDownEmpty ends this peer's coordination of region c in favour of

@@ -66,10 +66,13 @@ type Service struct {
 	// refusalLog rate-limits the log lines of refusals (trust.go refuse).
 	refusalLog refusalLimiter
 
-	reported map[Coord]Role // last roles told to OnRoleChange (maintainLoop only)
+	reported map[Coord]Role // last roles told to OnRoleChange (the loop only)
 
-	wake       chan wakeup  // regions to look at now (nudges, deaths)
-	downed     chan peer.ID // peers whose last connection closed
+	// The loop's inputs (loop.go) besides its timer.
+	wake       chan wakeup   // regions to look at now (nudges, deaths)
+	downed     chan peer.ID  // peers whose last connection closed
+	steps      chan loopStep // machine steps of inbound messages
+	acks       chan func()   // outcomes of this peer's own exchanges
 	stopNotify func()
 	closed     sync.Once
 }
@@ -188,6 +191,8 @@ func NewWithTransport(tr Transport, cfg Config) (*Service, error) {
 		reported: map[Coord]Role{},
 		wake:     make(chan wakeup, 256),
 		downed:   make(chan peer.ID, 256),
+		steps:    make(chan loopStep),
+		acks:     make(chan func()),
 	}
 	m, err := newMetrics(s, cfg.Registerer)
 	if err != nil {
@@ -203,7 +208,7 @@ func NewWithTransport(tr Transport, cfg Config) (*Service, error) {
 	})
 	tr.Serve(s.serveExchange)
 	s.wg.Add(2)
-	go s.maintainLoop()
+	go s.loop()
 	go s.candidateLoop()
 	return s, nil
 }
@@ -666,9 +671,11 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 		out = &pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: s.serveHandoff(from, c, b.Handoff.Grant)}}
 	case *pb.Message_Retire:
 		if sl := s.existingSlot(c); sl != nil {
-			sl.mu.Lock()
-			sl.m.Retire(from, b.Retire.Epoch)
-			sl.mu.Unlock()
+			s.onLoop(func() {
+				sl.mu.Lock()
+				sl.m.Retire(from, b.Retire.Epoch)
+				sl.mu.Unlock()
+			})
 		}
 		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
 	case *pb.Message_Nudge:
@@ -706,6 +713,21 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 		return ack
 	}
 	sl := s.slot(c)
+	var ack *pb.ReplicateAck
+	var leaseWins bool
+	if !s.onLoop(func() { ack, leaseWins = s.replicateStep(c, sl, from, cl, r) }) {
+		return &pb.ReplicateAck{}
+	}
+	if leaseWins && ack.Ok {
+		s.log.Info("a coordinator under a newer lease took this peer's copy over", "region", c, "coordinator", from, "lease", cl.leaseID)
+	}
+	return ack
+}
+
+// replicateStep applies coordinator from's replication r, shown with
+// claim cl, to region c's machine (on the Service's loop); leaseWins says
+// a newer lease took over the copy this peer held.
+func (s *Service) replicateStep(c Coord, sl *slot, from peer.ID, cl claim, r *pb.Replicate) (*pb.ReplicateAck, bool) {
 	sl.mu.Lock()
 	leaseWins := false
 	if s.cfg.Proofs != nil && r.Snapshot != nil && sl.m.role != pb.Role_ROLE_NONE {
@@ -724,11 +746,8 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 	}
 	ack, eff := sl.m.Replicate(from, r, leaseWins)
 	sl.mu.Unlock()
-	if leaseWins && ack.Ok {
-		s.log.Info("a coordinator under a newer lease took this peer's copy over", "region", c, "coordinator", from, "lease", cl.leaseID)
-	}
 	s.run(c, sl, eff)
-	return ack
+	return ack, leaseWins
 }
 
 // run carries out a machine's effects, outside the slot's lock.
@@ -788,7 +807,8 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 	}
 }
 
-// replicate sends one message to the replica and feeds the outcome back.
+// replicate sends one message to the replica and feeds the outcome to the
+// Service's loop.
 func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 	// The replica keeps this peer's signed assignment with its copy: what
 	// lets it claim the copy when the region is taken over.
@@ -807,6 +827,13 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout/2)
 	defer cancel()
 	reply, err := s.call(ctx, out.to, c, &pb.Message{Body: &pb.Message_Replicate{Replicate: out.msg}})
+	s.feedLoop(func() { s.replicaAnswered(c, sl, out, reply, err) })
+}
+
+// replicaAnswered feeds the outcome of a replication to region c's
+// machine (on the Service's loop): the replica's acknowledgement, or its
+// failure to answer (err).
+func (s *Service) replicaAnswered(c Coord, sl *slot, out *outbound, reply *pb.Message, err error) {
 	var ack *pb.ReplicateAck
 	if err == nil {
 		ack = reply.GetReplicateAck()
@@ -912,43 +939,12 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 	sl.mu.Lock()
 	switch sl.m.role {
 	case pb.Role_ROLE_COORDINATOR:
-		ch := make(chan *pb.Reply, 1)
-		// The request's deadline is when this peer stops waiting for its
-		// answer: a lock granted later would go to nobody and block the
-		// object's other waiters until its TTL.
-		now := time.Now()
-		p := &pending{from: player, req: req, deadlineMs: now.Add(s.cfg.RequestTimeout).UnixMilli()}
-		key := waitKey{player, string(req.RequestId)}
-		sl.wait(key, ch)
-		s.feedLease(c, sl)
-		eff := sl.m.Submit(p, now)
 		sl.mu.Unlock()
-		s.run(c, sl, eff)
-		timer := time.NewTimer(s.cfg.RequestTimeout)
-		defer timer.Stop()
-		abandon := func() {
-			sl.mu.Lock()
-			// A retry that took this caller's place waits for it still.
-			if sl.unwait(key, ch) {
-				sl.m.Abandon(player, req.RequestId, time.Now())
-			}
-			sl.mu.Unlock()
-		}
-		select {
-		case r := <-ch:
+		if r, ok := s.submit(c, sl, player, req, gone); ok {
 			return r
-		case <-timer.C:
-			abandon()
-			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "coordinator busy"}
-		case <-gone:
-			abandon()
-			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the player went away"}
-		case <-s.ctx.Done():
-			sl.mu.Lock()
-			sl.unwait(key, ch)
-			sl.mu.Unlock()
-			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}
 		}
+		// The role changed before the request reached the machine.
+		return s.serveRequestOnce(from, c, req, waited, gone)
 	case pb.Role_ROLE_REPLICA:
 		coord := sl.m.coordinator
 		sl.mu.Unlock()
@@ -1004,6 +1000,69 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "state transfer running"}
 	}
 	return s.redirectOrAcquire(from, c, req, waited, gone)
+}
+
+// submit hands player's request to region c's machine, on the Service's
+// loop, and waits for its answer; false if this peer no longer
+// coordinated the region by then (nothing was submitted).
+func (s *Service) submit(c Coord, sl *slot, player peer.ID, req *pb.Request, gone <-chan struct{}) (*pb.Reply, bool) {
+	ch := make(chan *pb.Reply, 1)
+	key := waitKey{player, string(req.RequestId)}
+	submitted := false
+	ran := s.onLoop(func() {
+		sl.mu.Lock()
+		if sl.m.role != pb.Role_ROLE_COORDINATOR {
+			sl.mu.Unlock()
+			return
+		}
+		// The request's deadline is when this peer stops waiting for its
+		// answer: a lock granted later would go to nobody and block the
+		// object's other waiters until its TTL.
+		now := time.Now()
+		p := &pending{from: player, req: req, deadlineMs: now.Add(s.cfg.RequestTimeout).UnixMilli()}
+		sl.wait(key, ch)
+		s.feedLease(c, sl)
+		eff := sl.m.Submit(p, now)
+		sl.mu.Unlock()
+		submitted = true
+		s.run(c, sl, eff)
+	})
+	if !ran {
+		sl.mu.Lock()
+		sl.unwait(key, ch)
+		sl.mu.Unlock()
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}, true
+	}
+	if !submitted {
+		return nil, false
+	}
+	timer := time.NewTimer(s.cfg.RequestTimeout)
+	defer timer.Stop()
+	abandon := func() {
+		s.onLoop(func() {
+			sl.mu.Lock()
+			// A retry that took this caller's place waits for it still.
+			if sl.unwait(key, ch) {
+				sl.m.Abandon(player, req.RequestId, time.Now())
+			}
+			sl.mu.Unlock()
+		})
+	}
+	select {
+	case r := <-ch:
+		return r, true
+	case <-timer.C:
+		abandon()
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "coordinator busy"}, true
+	case <-gone:
+		abandon()
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the player went away"}, true
+	case <-s.ctx.Done():
+		sl.mu.Lock()
+		sl.unwait(key, ch)
+		sl.mu.Unlock()
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}, true
+	}
 }
 
 // redirectOrAcquire answers a request for a region this peer does not
