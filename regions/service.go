@@ -103,6 +103,11 @@ type slot struct {
 	// bounded by the streams being served.
 	waiters  map[waitKey]chan *pb.Reply
 	handoffs map[peer.ID]chan *pb.HandoffReply
+	// events are the committed batches waiting to be published, in commit
+	// order; publishing says a goroutine publishes them (queuePublish).
+	// Bounded by the batches committed while one is published.
+	events     []*pb.Event
+	publishing bool
 }
 
 // waitKey names a request whose answer a caller waits for: the player
@@ -780,7 +785,7 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		sl.mu.Unlock()
 	}
 	if eff.publish != nil {
-		s.publish(c, eff.publish)
+		s.queuePublish(c, sl, eff.publish)
 	}
 	for _, r := range eff.retire {
 		s.spawn(func() {
@@ -805,6 +810,36 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		sl.mu.Unlock()
 		s.run(c, sl, more)
 	}
+}
+
+// queuePublish publishes ev on region c's topic after the batches
+// committed before it, on a goroutine the Service owns: signing the
+// entries and gossipsub can take a while on a busy peer, and the loop
+// that steps the machines must not wait for them.
+func (s *Service) queuePublish(c Coord, sl *slot, ev *pb.Event) {
+	sl.mu.Lock()
+	sl.events = append(sl.events, ev)
+	start := !sl.publishing
+	sl.publishing = true
+	sl.mu.Unlock()
+	if !start {
+		return
+	}
+	s.spawn(func() {
+		for {
+			sl.mu.Lock()
+			if len(sl.events) == 0 {
+				sl.publishing = false
+				sl.mu.Unlock()
+				return
+			}
+			next := sl.events[0]
+			sl.events[0] = nil
+			sl.events = sl.events[1:]
+			sl.mu.Unlock()
+			s.publish(c, next)
+		}
+	})
 }
 
 // replicate sends one message to the replica and feeds the outcome to the
