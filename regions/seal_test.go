@@ -109,3 +109,10 @@ func (s *Service) leaveOutAsReplica(p peer.ID) {
 	defer s.liveMu.Unlock()
 	boundedPut(s.excluded, p, time.Now())
 }
+
+// takeBackAsReplica ends leaveOutAsReplica for p.
+func (s *Service) takeBackAsReplica(p peer.ID) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	delete(s.excluded, p)
+}
