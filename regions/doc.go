@@ -39,7 +39,8 @@
 // replicated, so a retried request is applied once. The machines step on
 // one loop per Service (loop.go): inbound requests, replications,
 // hand-offs and retirements hand it their steps, the replicas'
-// acknowledgements are fed to it, and it wakes each region's
+// acknowledgements and the answers to an acquisition's asks are fed to
+// it, it arms the acquisitions' deadlines and wakes each region's
 // maintenance; exchanges with peers run on goroutines that only talk. A CommitGate (the
 // lease service) is consulted before each batch and its lease ID recorded
 // with every commit; an Authorizer checks every remote peer's token.

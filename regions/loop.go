@@ -10,7 +10,9 @@ import (
 // the Service's own periodic work), the wakeups (nudges, deaths), the
 // peers whose last connection closed, the machine steps of inbound
 // messages (onLoop), and the acknowledgements of this peer's own
-// exchanges (a replication's answer, a replica's check of its copy).
+// exchanges (a replication's answer, a replica's check of its copy, the
+// answers to a running acquisition's asks and its deadline: acquire.go
+// drive).
 // Exchanges with peers still run on goroutines the Service owns, but
 // they only talk: what comes back is fed to the machines here, one at a
 // time.

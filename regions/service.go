@@ -85,8 +85,10 @@ type slot struct {
 	acquiring bool
 	// acquired is closed when the running acquisition ends: requests that
 	// reach this peer meanwhile wait for it instead of being sent away.
-	acquired  chan struct{}
-	source    peer.ID // hand-off source while the transfer runs
+	acquired chan struct{}
+	source   peer.ID // hand-off source while the transfer runs
+	// driven is the acquisition the Service's loop drives (loop only).
+	driven    *driven
 	lastNudge time.Time
 	lastCheck time.Time // a replica's last check with its coordinator
 	// lastCompare: when a coordinator last compared copies under a new
@@ -800,7 +802,7 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 	}
 	if eff.compare != 0 {
 		lease := eff.compare
-		s.spawn(func() { s.compareCopies(c, sl, lease) })
+		s.spawn(func() { s.feedLoop(func() { s.compareCopies(c, sl, lease) }) })
 	}
 	if eff.needReplica {
 		next := s.replicaChoice(c)
