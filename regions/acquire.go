@@ -35,13 +35,7 @@ func (s *Service) beginAcquire(c Coord, asCoordinator bool, nudger peer.ID) {
 	done := make(chan struct{})
 	sl.acquired = done
 	sl.mu.Unlock()
-	s.spawn(func() {
-		s.acquire(c, sl, nudger)
-		sl.mu.Lock()
-		sl.acquiring, sl.source = false, ""
-		sl.mu.Unlock()
-		close(done)
-	})
+	s.spawn(func() { s.acquire(c, sl, nudger, done) })
 }
 
 // weigh fills h's lease fields from its copy's grant and assignment; a
@@ -82,22 +76,30 @@ func (s *Service) weigh(c Coord, h *holder) {
 // (rebuild from the members' caches: a double failure, or a new region).
 // The decisions are the acquisition's (acquisition.go); drive carries
 // them out.
-func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID) {
-	ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
-	defer cancel()
+func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID, done chan struct{}) {
+	// The lookup counts against the acquisition's deadline.
+	begun := time.Now()
 	sl.mu.Lock()
 	stateless := sl.m.role == pb.Role_ROLE_NONE
 	sl.mu.Unlock()
 	if stateless {
 		// Without a copy of the region this peer may be new and its view
 		// thin: look the key up so that a closer coordinator is found.
+		ctx, cancel := context.WithTimeout(s.ctx, s.acquireTimeout())
 		if _, _, err := s.Locate(ctx, c); err != nil {
 			s.log.Debug("lookup before acquiring failed", "region", c, "err", err)
 		}
+		cancel()
 	}
-	a := newAcquisition(acqTake, s.h.ID(), c, s.askList(c, nudger), 0, s.acqChecks(c), s.log)
-	s.drive(ctx, c, sl, a)
+	s.feedLoop(func() {
+		a := newAcquisition(acqTake, s.h.ID(), c, s.askList(c, nudger), 0, s.acquireTimeout(), s.acqChecks(c), s.log)
+		s.drive(c, sl, a, begun, done, nil)
+	})
 }
+
+// acquireTimeout is how long an acquisition or a comparison of copies
+// may wait for the network: a few round trips.
+func (s *Service) acquireTimeout() time.Duration { return 3 * s.cfg.RequestTimeout }
 
 // askList is whom acquiring or comparing copies of region c asks what
 // they hold: the next closest peers, the nudger, and the coordinators
@@ -130,7 +132,8 @@ func (s *Service) askList(c Coord, nudger peer.ID) []peer.ID {
 // acquire asks what they hold and, if a copy that checks out is fresher
 // than its own, takes it over by hand-off, as acquire does. Only then
 // does it commit under the lease. The lease was held before the peers
-// were asked, so no copy can have grown since under another.
+// were asked, so no copy can have grown since under another. It runs on
+// the Service's loop.
 func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 	sl.mu.Lock()
 	due := time.Since(sl.lastCompare) > 2*s.cfg.MaintainEvery
@@ -149,77 +152,118 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 	done := make(chan struct{})
 	sl.acquired = done
 	sl.mu.Unlock()
-	ok := func() bool {
-		ctx, cancel := context.WithTimeout(s.ctx, 3*s.cfg.RequestTimeout)
-		defer cancel()
-		a := newAcquisition(acqCompare, s.h.ID(), c, s.askList(c, ""), lease, s.acqChecks(c), s.log)
-		return s.drive(ctx, c, sl, a).compared()
-	}()
+	a := newAcquisition(acqCompare, s.h.ID(), c, s.askList(c, ""), lease, s.acquireTimeout(), s.acqChecks(c), s.log)
+	s.drive(c, sl, a, time.Now(), done, func(r acqResult) {
+		sl.mu.Lock()
+		s.feedLease(c, sl)
+		eff := sl.m.Compared(lease, r.compared(), time.Now())
+		sl.mu.Unlock()
+		s.run(c, sl, eff)
+	})
+}
+
+// driven is an acquisition the Service's loop drives (slot.driven).
+type driven struct {
+	a *acquisition
+	// ctx is the asks': it ends at the deadline or when the acquisition
+	// does.
+	ctx    context.Context
+	cancel context.CancelFunc
+	timer  *time.Timer // the deadline's
+	// done is slot.acquired, closed at the end; ended, if set, is told the
+	// result then.
+	done  chan struct{}
+	ended func(acqResult)
+}
+
+// drive starts acquisition a of region c, begun at begun, on the
+// Service's loop, which then drives it to its end: each step's effects
+// are carried out there, peers are asked on goroutines the Service owns
+// that feed their answers back to the loop, and the deadline Start
+// returns is a timer that feeds the deadline to the loop when it fires.
+// At the end done closes and ended (if set) is told the result. Requests
+// that reach this peer meanwhile wait for the acquisition (slot.acquired,
+// set by the caller as done), or are forwarded to the peer asked for a
+// hand-off while it answers.
+func (s *Service) drive(c Coord, sl *slot, a *acquisition, begun time.Time, done chan struct{}, ended func(acqResult)) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	d := &driven{a: a, ctx: ctx, cancel: cancel, done: done, ended: ended}
+	sl.driven = d
+	eff := a.Start(begun)
+	d.timer = time.AfterFunc(time.Until(eff.deadline), func() {
+		s.feedLoop(func() {
+			// The asks still running are cancelled, fail and are fed too.
+			d.cancel()
+			s.stepDriven(c, sl, d, deadlineReached())
+		})
+	})
+	s.advance(c, sl, d, eff)
+}
+
+// stepDriven feeds in to d, on the loop, unless d ended.
+func (s *Service) stepDriven(c Coord, sl *slot, d *driven, in acqInput) {
+	if sl.driven != d {
+		return // an answer that comes after the end is dropped
+	}
+	if in.kind == acqHandoffReply {
+		sl.mu.Lock()
+		sl.source = ""
+		sl.mu.Unlock()
+	}
+	s.advance(c, sl, d, d.a.Step(in))
+}
+
+// advance carries out eff, a step of d, and the steps that follow from
+// answers it gives at once; at the end (after the nudge a step back
+// sends) it ends d.
+func (s *Service) advance(c Coord, sl *slot, d *driven, eff acqEffects) {
+	for {
+		in, now := s.carryOut(c, sl, d, eff)
+		if eff.done != acqRunning {
+			result := eff.done
+			if p := eff.nudge; p != "" {
+				s.spawn(func() {
+					s.nudge(p, c)
+					s.feedLoop(func() { s.endDriven(c, sl, d, result) })
+				})
+				return
+			}
+			s.endDriven(c, sl, d, result)
+			return
+		}
+		if !now {
+			return
+		}
+		eff = d.a.Step(in)
+	}
+}
+
+// endDriven ends d with result r.
+func (s *Service) endDriven(c Coord, sl *slot, d *driven, r acqResult) {
+	if sl.driven != d {
+		return
+	}
+	sl.driven = nil
+	d.timer.Stop()
+	d.cancel()
 	sl.mu.Lock()
 	sl.acquiring, sl.source = false, ""
-	s.feedLease(c, sl)
-	eff := sl.m.Compared(lease, ok, time.Now())
 	sl.mu.Unlock()
-	close(done)
-	s.run(c, sl, eff)
-}
-
-// drive runs acquisition a of region c to its end and returns how it
-// ended: it carries out each step's effects, asks peers on goroutines
-// the Service owns, and feeds their answers back, one at a time, and the
-// end of ctx as the deadline. Requests that reach this peer meanwhile
-// wait for the acquisition (slot.acquired, set by the caller), or are
-// forwarded to the peer asked for a hand-off while it answers.
-func (s *Service) drive(ctx context.Context, c Coord, sl *slot, a *acquisition) acqResult {
-	inputs := make(chan acqInput)
-	stop := make(chan struct{})
-	defer close(stop)
-	// An answer that comes after the end is dropped.
-	feed := func(in acqInput) {
-		select {
-		case inputs <- in:
-		case <-stop:
-		}
-	}
-	deadline := ctx.Done()
-	eff := a.Start()
-	for {
-		now, ok := s.carryOut(ctx, c, sl, eff, feed)
-		switch {
-		case eff.done != acqRunning:
-			return eff.done
-		case ok:
-			eff = a.Step(now)
-			continue
-		}
-		select {
-		case in := <-inputs:
-			if in.kind == acqHandoffReply {
-				sl.mu.Lock()
-				sl.source = ""
-				sl.mu.Unlock()
-			}
-			eff = a.Step(in)
-		case <-deadline:
-			// Once: the asks still running fail with ctx and are fed too.
-			deadline = nil
-			eff = a.Step(deadlineReached())
-		}
+	close(d.done)
+	if d.ended != nil {
+		d.ended(r)
 	}
 }
 
-// carryOut does what an acquisition's step asks. An answer it can give at
-// once (this peer's own copy, the region's members) it returns, to be
-// fed next; the peers' answers come through feed.
-func (s *Service) carryOut(ctx context.Context, c Coord, sl *slot, eff acqEffects, feed func(acqInput)) (acqInput, bool) {
+// carryOut does what an acquisition's step asks, on the loop. An answer
+// it can give at once (this peer's own copy) it returns, to be fed next;
+// the peers' answers and the region's members come through the loop.
+func (s *Service) carryOut(c Coord, sl *slot, d *driven, eff acqEffects) (acqInput, bool) {
 	for _, r := range eff.refusals {
 		s.refuse(c, r.from, r.what, r.reason)
 	}
 	if eff.unprovenEntries > 0 {
 		s.metrics.refused.WithLabelValues(refusedCacheUnproven).Add(float64(eff.unprovenEntries))
-	}
-	if eff.nudge != "" {
-		s.nudge(eff.nudge, c)
 	}
 	if eff.takeOver {
 		s.takeOverOwnCopy(c, sl)
@@ -230,6 +274,8 @@ func (s *Service) carryOut(ctx context.Context, c Coord, sl *slot, eff acqEffect
 	if eff.rebuilt != nil {
 		s.installRebuilt(c, sl, eff.rebuilt)
 	}
+	feed := func(in acqInput) { s.feedLoop(func() { s.stepDriven(c, sl, d, in) }) }
+	ctx := d.ctx
 	for _, p := range eff.askInfo {
 		s.spawn(func() {
 			reply, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_Info{Info: &pb.Info{}}})
@@ -271,7 +317,9 @@ func (s *Service) carryOut(ctx context.Context, c Coord, sl *slot, eff acqEffect
 		sl.mu.Unlock()
 		return ownCopy(own), true
 	case eff.listMembers:
-		return s.members(c), true
+		// Asking gossipsub for the topic's peers can take a while on a
+		// busy peer: not on the loop.
+		s.spawn(func() { feed(s.members(c)) })
 	}
 	return acqInput{}, false
 }
@@ -424,26 +472,37 @@ func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffR
 	default:
 		return &pb.HandoffReply{Error: "no state for region"}
 	}
-	sl.mu.Lock()
-	if sl.m.role != role || sl.m.coordinator != coord {
-		sl.mu.Unlock()
-		return &pb.HandoffReply{Error: "role changed; ask again"}
-	}
-	if sl.handoffs[from] != nil {
-		// The same peer asks again while its first hand-off runs: that
-		// one keeps the reply (as the machine would say).
-		sl.mu.Unlock()
-		return &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(from)}
-	}
-	if sl.handoffs == nil {
-		sl.handoffs = map[peer.ID]chan *pb.HandoffReply{}
-	}
 	ch := make(chan *pb.HandoffReply, 1)
-	sl.handoffs[from] = ch
-	s.feedLease(c, sl)
-	eff := sl.m.Handoff(from, time.Now())
-	sl.mu.Unlock()
-	s.run(c, sl, eff)
+	var refused *pb.HandoffReply
+	ran := s.onLoop(func() {
+		sl.mu.Lock()
+		if sl.m.role != role || sl.m.coordinator != coord {
+			sl.mu.Unlock()
+			refused = &pb.HandoffReply{Error: "role changed; ask again"}
+			return
+		}
+		if sl.handoffs[from] != nil {
+			// The same peer asks again while its first hand-off runs:
+			// that one keeps the reply (as the machine would say).
+			sl.mu.Unlock()
+			refused = &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(from)}
+			return
+		}
+		if sl.handoffs == nil {
+			sl.handoffs = map[peer.ID]chan *pb.HandoffReply{}
+		}
+		sl.handoffs[from] = ch
+		s.feedLease(c, sl)
+		eff := sl.m.Handoff(from, time.Now())
+		sl.mu.Unlock()
+		s.run(c, sl, eff)
+	})
+	switch {
+	case !ran:
+		return &pb.HandoffReply{Error: "shutting down"}
+	case refused != nil:
+		return refused
+	}
 	timer := time.NewTimer(s.cfg.RequestTimeout)
 	defer timer.Stop()
 	unwait := func() {

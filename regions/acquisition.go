@@ -3,6 +3,7 @@ package regions
 import (
 	"log/slog"
 	"sort"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -11,10 +12,11 @@ import (
 
 // acquisition is one running acquire or copy comparison of a region at
 // this peer: a deterministic state machine with no network, clock, keys
-// or goroutine of its own. The Service (acquire.go drive) feeds it the
-// answers of the peers it asked and the end of its deadline, and carries
-// out the effects each step returns: whom to ask next, whom to nudge, and
-// what to install. What needs keys or this peer's view of placement
+// or goroutine of its own. The Service (acquire.go drive) arms the timer
+// of the deadline Start returns, feeds it the answers of the peers it
+// asked and the deadline when the timer fires, and carries out the
+// effects each step returns: whom to ask next, whom to nudge, and what
+// to install. What needs keys or this peer's view of placement
 // reaches it through acqChecks, so a test scripts it with fakes.
 //
 // An acquisition asks the peers of its list what they hold (askInfo),
@@ -31,8 +33,10 @@ type acquisition struct {
 	self   peer.ID
 	region Coord
 	lease  uint64 // compare: the lease the copies are compared under
-	checks acqChecks
-	log    *slog.Logger
+	// timeout: how long after its start the acquisition's deadline falls.
+	timeout time.Duration
+	checks  acqChecks
+	log     *slog.Logger
 
 	phase   acqPhase
 	result  acqResult
@@ -185,7 +189,10 @@ type acqEffects struct {
 	askCaches   []peer.ID
 	readOwn     bool
 	listMembers bool
-	done        acqResult
+	// deadline (Start only): arm a timer at this time and feed
+	// deadlineReached when it fires.
+	deadline time.Time
+	done     acqResult
 }
 
 // refusal is a claim refused: the Service counts and logs it (refuse).
@@ -206,9 +213,10 @@ type handedOver struct {
 }
 
 // newAcquisition returns an acquisition of kind by self of region,
-// asking asked what they hold; lease is the lease a comparison is for.
-func newAcquisition(kind acqKind, self peer.ID, region Coord, asked []peer.ID, lease uint64, checks acqChecks, log *slog.Logger) *acquisition {
-	a := &acquisition{kind: kind, self: self, region: region, lease: lease, checks: checks, log: log}
+// asking asked what they hold; lease is the lease a comparison is for,
+// timeout how long after its start it may wait for the network.
+func newAcquisition(kind acqKind, self peer.ID, region Coord, asked []peer.ID, lease uint64, timeout time.Duration, checks acqChecks, log *slog.Logger) *acquisition {
+	a := &acquisition{kind: kind, self: self, region: region, lease: lease, timeout: timeout, checks: checks, log: log}
 	for _, p := range asked {
 		if p != self && !containsPeer(a.asked, p) {
 			a.asked = append(a.asked, p)
@@ -217,8 +225,16 @@ func newAcquisition(kind acqKind, self peer.ID, region Coord, asked []peer.ID, l
 	return a
 }
 
-// Start asks the peers of the list what they hold.
-func (a *acquisition) Start() acqEffects {
+// Start asks the peers of the list what they hold. now is when the
+// acquisition began: its deadline, timeout later, comes with the effects
+// as the one timer to arm.
+func (a *acquisition) Start(now time.Time) acqEffects {
+	eff := a.start()
+	eff.deadline = now.Add(a.timeout)
+	return eff
+}
+
+func (a *acquisition) start() acqEffects {
 	a.phase = phaseInfo
 	a.infos = map[peer.ID]*pb.InfoReply{}
 	if len(a.asked) == 0 {

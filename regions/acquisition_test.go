@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -38,6 +39,13 @@ type fakeChecks struct {
 	forged     map[string]bool    // verifyEntry refuses these signatures
 	verified   map[string]int     // verifyEntry calls per signature
 }
+
+// acqStart is when the tests' acquisitions start, acqTimeout how long
+// they may wait for the network.
+var (
+	acqStart   = time.Unix(1_000_000, 0)
+	acqTimeout = 9 * time.Second
+)
 
 // acqOrder is the fake placement, closest first.
 var acqOrder = []peer.ID{acqNear, acqSelf, p1, p2, p3, p4, p5, p6}
@@ -105,7 +113,7 @@ func play(t *testing.T, a *acquisition, net fakeNet) ([]string, acqEffects) {
 	t.Helper()
 	var trace []string
 	var queue []acqInput
-	eff := a.Start()
+	eff := a.Start(acqStart)
 	for range 100 {
 		for _, r := range eff.refusals {
 			trace = append(trace, fmt.Sprintf("refuse %s %s %s", acqNames[r.from], r.what, r.reason))
@@ -161,7 +169,7 @@ func play(t *testing.T, a *acquisition, net fakeNet) ([]string, acqEffects) {
 }
 
 func newTestAcquisition(kind acqKind, checks *fakeChecks, asked ...peer.ID) *acquisition {
-	return newAcquisition(kind, acqSelf, Coord{1, 2}, asked, 7, checks, slog.New(slog.DiscardHandler))
+	return newAcquisition(kind, acqSelf, Coord{1, 2}, asked, 7, acqTimeout, checks, slog.New(slog.DiscardHandler))
 }
 
 // TestAcquisition scripts acquire and compareCopies: what each does with
@@ -447,13 +455,34 @@ func TestAcquisitionRebuildBound(t *testing.T) {
 	}
 }
 
+// TestAcquisitionArmsItsDeadline: Start returns the deadline's timer,
+// timeout after the start, whether it asks anyone or not, and no step
+// arms another.
+func TestAcquisitionArmsItsDeadline(t *testing.T) {
+	want := acqStart.Add(acqTimeout)
+	a := newTestAcquisition(acqTake, &fakeChecks{}, p1)
+	eff := a.Start(acqStart)
+	if !eff.deadline.Equal(want) || !reflect.DeepEqual(eff.askInfo, []peer.ID{p1}) {
+		t.Fatalf("Start: deadline %s, asked %v; want %s, [p1]", eff.deadline, eff.askInfo, want)
+	}
+	for _, in := range []acqInput{infoReplied(p1, nil), ownCopy(nil), deadlineReached()} {
+		if eff := a.Step(in); !eff.deadline.IsZero() {
+			t.Fatalf("step %v armed a deadline at %s", in.kind, eff.deadline)
+		}
+	}
+	alone := newTestAcquisition(acqTake, &fakeChecks{})
+	if eff := alone.Start(acqStart); !eff.deadline.Equal(want) || !eff.readOwn {
+		t.Fatalf("Start asking nobody: deadline %s, readOwn %v; want %s, true", eff.deadline, eff.readOwn, want)
+	}
+}
+
 // TestAcquisitionDeadline: the deadline ends the info round with the
 // answers in (the own copy may still be taken over), fails a hand-off
 // and a rebuild, and later answers change nothing.
 func TestAcquisitionDeadline(t *testing.T) {
 	t.Run("info round: goes on with the answers in", func(t *testing.T) {
 		a := newTestAcquisition(acqTake, &fakeChecks{}, p1, p2)
-		if eff := a.Start(); !reflect.DeepEqual(eff.askInfo, []peer.ID{p1, p2}) {
+		if eff := a.Start(acqStart); !reflect.DeepEqual(eff.askInfo, []peer.ID{p1, p2}) {
 			t.Fatalf("asked %v", eff.askInfo)
 		}
 		a.Step(infoReplied(p1, copyOf(replicaRole, 3, 5)))
@@ -471,7 +500,7 @@ func TestAcquisitionDeadline(t *testing.T) {
 	})
 	t.Run("info round: no hand-off asked after it", func(t *testing.T) {
 		a := newTestAcquisition(acqTake, &fakeChecks{}, p1, p2)
-		a.Start()
+		a.Start(acqStart)
 		a.Step(infoReplied(p1, copyOf(coordRole, 3, 5)))
 		a.Step(deadlineReached())
 		eff := a.Step(ownCopy(copyOf(noRole, 0, 0)))
@@ -481,7 +510,7 @@ func TestAcquisitionDeadline(t *testing.T) {
 	})
 	t.Run("hand-off fails", func(t *testing.T) {
 		a := newTestAcquisition(acqTake, &fakeChecks{}, p1)
-		a.Start()
+		a.Start(acqStart)
 		a.Step(infoReplied(p1, copyOf(coordRole, 3, 5)))
 		if eff := a.Step(ownCopy(nil)); eff.askHandoff != p1 {
 			t.Fatalf("p1 not asked: %+v", eff)
@@ -495,7 +524,7 @@ func TestAcquisitionDeadline(t *testing.T) {
 	})
 	t.Run("rebuild fails", func(t *testing.T) {
 		a := newTestAcquisition(acqTake, &fakeChecks{}, p1)
-		a.Start()
+		a.Start(acqStart)
 		a.Step(infoReplied(p1, nil))
 		if eff := a.Step(ownCopy(nil)); !eff.listMembers {
 			t.Fatalf("members not asked for: %+v", eff)
@@ -510,7 +539,7 @@ func TestAcquisitionDeadline(t *testing.T) {
 	})
 	t.Run("compare hand-off fails", func(t *testing.T) {
 		a := newTestAcquisition(acqCompare, &fakeChecks{}, p1)
-		a.Start()
+		a.Start(acqStart)
 		a.Step(infoReplied(p1, copyOf(coordRole, 5, 5)))
 		a.Step(ownCopy(copyOf(coordRole, 4, 5)))
 		if eff := a.Step(deadlineReached()); eff.done != acqFailed || eff.done.compared() {
@@ -523,7 +552,7 @@ func TestAcquisitionDeadline(t *testing.T) {
 // answers and answers of the wrong kind change nothing.
 func TestAcquisitionIgnoresStrays(t *testing.T) {
 	a := newTestAcquisition(acqTake, &fakeChecks{}, p1, p2)
-	a.Start()
+	a.Start(acqStart)
 	for _, in := range []acqInput{
 		infoReplied(p3, copyOf(coordRole, 9, 99)),
 		handoffReplied(p1, handedOverAt(9), nil),
@@ -619,7 +648,7 @@ func FuzzAcquisitionStep(f *testing.F) {
 				}
 			}
 		}
-		eff := a.Start()
+		eff := a.Start(acqStart)
 		check(eff, "")
 		after := ""
 		for i, b := range script[1:] {

@@ -148,10 +148,23 @@ func TestAdversarialReplayedAssignment(t *testing.T) {
 		return nil
 	})
 	cl.settle(t, 30*time.Second)
+	h.meet(t, cl, c)
 	// The coordinator picks the hostile peer as replica (as it would while
-	// the honest one looked dead), then goes back to the honest one.
+	// the honest one looked dead), then goes back to the honest one. Its
+	// maintenance moves the replica to the placement-preferred peer: while
+	// the hostile peer is to be the replica, the honest peers are left out
+	// as replicas (as if each had left a replication unanswered).
 	sl := co.svc.existingSlot(c)
 	for _, next := range []peer.ID{h.id(), re.id()} {
+		for _, m := range cl.live() {
+			switch {
+			case m == co:
+			case next == h.id():
+				co.svc.leaveOutAsReplica(m.id())
+			default:
+				co.svc.takeBackAsReplica(m.id())
+			}
+		}
 		sl.mu.Lock()
 		co.svc.feedLease(c, sl)
 		eff := sl.m.SetReplica(next, time.Now())
@@ -168,7 +181,6 @@ func TestAdversarialReplayedAssignment(t *testing.T) {
 			return sl.m.replica == next && sl.m.replicaSynced
 		})
 	}
-	h.meet(t, cl, c)
 	mu.Lock()
 	if kept == nil || kept.Assignment == nil || peer.ID(kept.Assignment.Holder) != h.id() {
 		mu.Unlock()

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
 // TestSingleCopySaidAndReplicaPickedFirst: a coordinator alone says so in
@@ -33,6 +35,18 @@ func TestSingleCopySaidAndReplicaPickedFirst(t *testing.T) {
 	}
 	cl.settle(t, 30*time.Second)
 	coID, reID := cl.truth(c)
+	// Placement agrees; the coordinator picks its replica at its next
+	// maintenance (or as it takes the region over), which a write sent at
+	// once can precede.
+	waitUntil(t, 10*time.Second, "the coordinator to pick a replica", func() bool {
+		sl := cl.byID(coID).svc.existingSlot(c)
+		if sl == nil {
+			return false
+		}
+		sl.mu.Lock()
+		defer sl.mu.Unlock()
+		return sl.m.role == pb.Role_ROLE_COORDINATOR && sl.m.replica != ""
+	})
 	o, err = cl.byID(reID).cl.ReadWrite(ctx, c, "apple", 1, []byte("2"))
 	if err != nil || o.SingleCopy {
 		t.Fatalf("a write with replicas around: %+v %v", o, err)

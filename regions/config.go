@@ -119,7 +119,7 @@ type Config struct {
 	// OnRoleChange, if set, is told when this peer starts or stops
 	// coordinating or replicating a region (within a maintenance period),
 	// e.g. to acquire the region's lease before the gate is consulted. It
-	// runs on the maintenance goroutine and must not block.
+	// runs on the Service's loop (loop.go) and must not block.
 	OnRoleChange func(region Coord, role Role)
 	// Logger; default the node's logger.
 	Logger *slog.Logger

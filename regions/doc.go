@@ -36,7 +36,12 @@
 // acknowledged them are the players answered and the changes published on
 // the region's event topic (EventTopic), from which members (Subscribe)
 // keep a cache of the region. Committed request IDs are remembered and
-// replicated, so a retried request is applied once. A CommitGate (the
+// replicated, so a retried request is applied once. The machines step on
+// one loop per Service (loop.go): inbound requests, replications,
+// hand-offs and retirements hand it their steps, the replicas'
+// acknowledgements and the answers to an acquisition's asks are fed to
+// it, it arms the acquisitions' deadlines and wakes each region's
+// maintenance; exchanges with peers run on goroutines that only talk. A CommitGate (the
 // lease service) is consulted before each batch and its lease ID recorded
 // with every commit; an Authorizer checks every remote peer's token.
 //
@@ -53,7 +58,13 @@
 //     from the freshest copy (its own, or by a state transfer), in a new
 //     epoch, then picks a new replica and sends it a snapshot. Whom it
 //     asks and what it takes are decided by another deterministic state
-//     machine (acquisition.go), which the Service drives (acquire.go).
+//     machine (acquisition.go), which the Service drives (acquire.go),
+//     arming the timer of the deadline it returns.
+//   - Maintenance: once per period, and when a nudge or a death wakes
+//     it, each region's role is checked against the live placement by a
+//     pure decision (maintenance.go: nudge a closer peer, acquire, change
+//     the replica, step down, check the replica's copy, the next check's
+//     time); maintain.go gathers its facts and carries it out.
 //   - Hand-off: a coordinator that sees a closer live peer nudges it; that
 //     peer asks for the state. The coordinator finishes its batch in flight,
 //     hands over a snapshot in a new epoch and becomes the replica; the old

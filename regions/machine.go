@@ -746,6 +746,12 @@ func (m *machine) changeReplica() (eff effects) {
 // (a lease proof arrived).
 func (m *machine) Kick(now time.Time) effects { return m.pump(now) }
 
+// empty reports whether the machine holds nothing of the region: nothing
+// ever committed, nothing waiting for the replica's acknowledgement.
+func (m *machine) empty() bool {
+	return m.seq == 0 && len(m.objects) == 0 && !m.outstanding && len(m.inflight) == 0
+}
+
 // stepDown ends this peer's coordination: everything not yet acknowledged
 // is answered with a redirect, and the state is dropped.
 func (m *machine) stepDown(to peer.ID) (eff effects) {

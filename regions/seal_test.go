@@ -50,7 +50,16 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 	cl.settle(t, 30*time.Second)
 	members := cl.subscribeAllBut(t, c, co)
 	// The coordinator makes the hostile peer its replica (the honest one
-	// retires) and commits through it.
+	// retires) and commits through it. It must keep it until it crashes:
+	// its maintenance would move the replica back to the closest honest
+	// peer, so it knows the hostile peer and leaves the honest ones out
+	// as replicas (as if each had left a replication unanswered).
+	h.meet(t, cl, c)
+	for _, m := range cl.live() {
+		if m != co {
+			co.svc.leaveOutAsReplica(m.id())
+		}
+	}
 	sl := co.svc.existingSlot(c)
 	sl.mu.Lock()
 	co.svc.feedLease(c, sl)
@@ -73,7 +82,12 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 			return len(signed) == 1 && string(signed[0].Entry.Object.Value) == "2" && m.svc.Role(c) == RoleNone
 		})
 	}
-	h.meet(t, cl, c)
+	sl.mu.Lock()
+	still := sl.m.replica == h.id()
+	sl.mu.Unlock()
+	if !still {
+		t.Fatal("the coordinator moved its replica off the hostile peer before the crash")
+	}
 	mu.Lock()
 	if kept == nil || kept.Seal == nil || kept.Assignment == nil || peer.ID(kept.Assignment.Holder) != h.id() {
 		mu.Unlock()
@@ -86,4 +100,19 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 	if got := refusedBy(t, refusedHolderUnproven+"/"+refusedCopyUnsealed, members...); got < 1 {
 		t.Fatalf("the lying hand-off's refusal was not counted (%v)", got)
 	}
+}
+
+// leaveOutAsReplica has s leave p out as replica for DeadFor, as when p
+// leaves a replication unanswered, without counting a refusal.
+func (s *Service) leaveOutAsReplica(p peer.ID) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	boundedPut(s.excluded, p, time.Now())
+}
+
+// takeBackAsReplica ends leaveOutAsReplica for p.
+func (s *Service) takeBackAsReplica(p peer.ID) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	delete(s.excluded, p)
 }

@@ -66,10 +66,13 @@ type Service struct {
 	// refusalLog rate-limits the log lines of refusals (trust.go refuse).
 	refusalLog refusalLimiter
 
-	reported map[Coord]Role // last roles told to OnRoleChange (maintainLoop only)
+	reported map[Coord]Role // last roles told to OnRoleChange (the loop only)
 
-	wake       chan wakeup  // regions to look at now (nudges, deaths)
-	downed     chan peer.ID // peers whose last connection closed
+	// The loop's inputs (loop.go) besides its timer.
+	wake       chan wakeup   // regions to look at now (nudges, deaths)
+	downed     chan peer.ID  // peers whose last connection closed
+	steps      chan loopStep // machine steps of inbound messages
+	acks       chan func()   // outcomes of this peer's own exchanges
 	stopNotify func()
 	closed     sync.Once
 }
@@ -82,8 +85,10 @@ type slot struct {
 	acquiring bool
 	// acquired is closed when the running acquisition ends: requests that
 	// reach this peer meanwhile wait for it instead of being sent away.
-	acquired  chan struct{}
-	source    peer.ID // hand-off source while the transfer runs
+	acquired chan struct{}
+	source   peer.ID // hand-off source while the transfer runs
+	// driven is the acquisition the Service's loop drives (loop only).
+	driven    *driven
 	lastNudge time.Time
 	lastCheck time.Time // a replica's last check with its coordinator
 	// lastCompare: when a coordinator last compared copies under a new
@@ -100,6 +105,11 @@ type slot struct {
 	// bounded by the streams being served.
 	waiters  map[waitKey]chan *pb.Reply
 	handoffs map[peer.ID]chan *pb.HandoffReply
+	// events are the committed batches waiting to be published, in commit
+	// order; publishing says a goroutine publishes them (queuePublish).
+	// Bounded by the batches committed while one is published.
+	events     []*pb.Event
+	publishing bool
 }
 
 // waitKey names a request whose answer a caller waits for: the player
@@ -188,6 +198,8 @@ func NewWithTransport(tr Transport, cfg Config) (*Service, error) {
 		reported: map[Coord]Role{},
 		wake:     make(chan wakeup, 256),
 		downed:   make(chan peer.ID, 256),
+		steps:    make(chan loopStep),
+		acks:     make(chan func()),
 	}
 	m, err := newMetrics(s, cfg.Registerer)
 	if err != nil {
@@ -203,7 +215,7 @@ func NewWithTransport(tr Transport, cfg Config) (*Service, error) {
 	})
 	tr.Serve(s.serveExchange)
 	s.wg.Add(2)
-	go s.maintainLoop()
+	go s.loop()
 	go s.candidateLoop()
 	return s, nil
 }
@@ -334,12 +346,22 @@ func (s *Service) isExcluded(p peer.ID) bool {
 // replicaChoice is the best replica for region c in this peer's view: the
 // closest live peer but this one, leaving out excluded replicas and skip.
 func (s *Service) replicaChoice(c Coord, skip ...peer.ID) peer.ID {
-	for _, p := range s.placement(c, skip...) {
-		if p != s.h.ID() && !s.isExcluded(p) {
-			return p
+	order := s.placement(c, skip...)
+	return replicaIn(order, s.h.ID(), s.excludedAmong(order))
+}
+
+// excludedAmong are the peers of order left out as replicas.
+func (s *Service) excludedAmong(order []peer.ID) map[peer.ID]bool {
+	var out map[peer.ID]bool
+	for _, p := range order {
+		if p != s.h.ID() && s.isExcluded(p) {
+			if out == nil {
+				out = map[peer.ID]bool{}
+			}
+			out[p] = true
 		}
 	}
-	return ""
+	return out
 }
 
 // heard records a sign of life from p.
@@ -656,9 +678,11 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 		out = &pb.Message{Body: &pb.Message_HandoffReply{HandoffReply: s.serveHandoff(from, c, b.Handoff.Grant)}}
 	case *pb.Message_Retire:
 		if sl := s.existingSlot(c); sl != nil {
-			sl.mu.Lock()
-			sl.m.Retire(from, b.Retire.Epoch)
-			sl.mu.Unlock()
+			s.onLoop(func() {
+				sl.mu.Lock()
+				sl.m.Retire(from, b.Retire.Epoch)
+				sl.mu.Unlock()
+			})
 		}
 		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
 	case *pb.Message_Nudge:
@@ -696,6 +720,21 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 		return ack
 	}
 	sl := s.slot(c)
+	var ack *pb.ReplicateAck
+	var leaseWins bool
+	if !s.onLoop(func() { ack, leaseWins = s.replicateStep(c, sl, from, cl, r) }) {
+		return &pb.ReplicateAck{}
+	}
+	if leaseWins && ack.Ok {
+		s.log.Info("a coordinator under a newer lease took this peer's copy over", "region", c, "coordinator", from, "lease", cl.leaseID)
+	}
+	return ack
+}
+
+// replicateStep applies coordinator from's replication r, shown with
+// claim cl, to region c's machine (on the Service's loop); leaseWins says
+// a newer lease took over the copy this peer held.
+func (s *Service) replicateStep(c Coord, sl *slot, from peer.ID, cl claim, r *pb.Replicate) (*pb.ReplicateAck, bool) {
 	sl.mu.Lock()
 	leaseWins := false
 	if s.cfg.Proofs != nil && r.Snapshot != nil && sl.m.role != pb.Role_ROLE_NONE {
@@ -714,11 +753,8 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 	}
 	ack, eff := sl.m.Replicate(from, r, leaseWins)
 	sl.mu.Unlock()
-	if leaseWins && ack.Ok {
-		s.log.Info("a coordinator under a newer lease took this peer's copy over", "region", c, "coordinator", from, "lease", cl.leaseID)
-	}
 	s.run(c, sl, eff)
-	return ack
+	return ack, leaseWins
 }
 
 // run carries out a machine's effects, outside the slot's lock.
@@ -751,7 +787,7 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		sl.mu.Unlock()
 	}
 	if eff.publish != nil {
-		s.publish(c, eff.publish)
+		s.queuePublish(c, sl, eff.publish)
 	}
 	for _, r := range eff.retire {
 		s.spawn(func() {
@@ -766,7 +802,7 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 	}
 	if eff.compare != 0 {
 		lease := eff.compare
-		s.spawn(func() { s.compareCopies(c, sl, lease) })
+		s.spawn(func() { s.feedLoop(func() { s.compareCopies(c, sl, lease) }) })
 	}
 	if eff.needReplica {
 		next := s.replicaChoice(c)
@@ -778,7 +814,38 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 	}
 }
 
-// replicate sends one message to the replica and feeds the outcome back.
+// queuePublish publishes ev on region c's topic after the batches
+// committed before it, on a goroutine the Service owns: signing the
+// entries and gossipsub can take a while on a busy peer, and the loop
+// that steps the machines must not wait for them.
+func (s *Service) queuePublish(c Coord, sl *slot, ev *pb.Event) {
+	sl.mu.Lock()
+	sl.events = append(sl.events, ev)
+	start := !sl.publishing
+	sl.publishing = true
+	sl.mu.Unlock()
+	if !start {
+		return
+	}
+	s.spawn(func() {
+		for {
+			sl.mu.Lock()
+			if len(sl.events) == 0 {
+				sl.publishing = false
+				sl.mu.Unlock()
+				return
+			}
+			next := sl.events[0]
+			sl.events[0] = nil
+			sl.events = sl.events[1:]
+			sl.mu.Unlock()
+			s.publish(c, next)
+		}
+	})
+}
+
+// replicate sends one message to the replica and feeds the outcome to the
+// Service's loop.
 func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 	// The replica keeps this peer's signed assignment with its copy: what
 	// lets it claim the copy when the region is taken over.
@@ -797,6 +864,13 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout/2)
 	defer cancel()
 	reply, err := s.call(ctx, out.to, c, &pb.Message{Body: &pb.Message_Replicate{Replicate: out.msg}})
+	s.feedLoop(func() { s.replicaAnswered(c, sl, out, reply, err) })
+}
+
+// replicaAnswered feeds the outcome of a replication to region c's
+// machine (on the Service's loop): the replica's acknowledgement, or its
+// failure to answer (err).
+func (s *Service) replicaAnswered(c Coord, sl *slot, out *outbound, reply *pb.Message, err error) {
 	var ack *pb.ReplicateAck
 	if err == nil {
 		ack = reply.GetReplicateAck()
@@ -902,43 +976,12 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 	sl.mu.Lock()
 	switch sl.m.role {
 	case pb.Role_ROLE_COORDINATOR:
-		ch := make(chan *pb.Reply, 1)
-		// The request's deadline is when this peer stops waiting for its
-		// answer: a lock granted later would go to nobody and block the
-		// object's other waiters until its TTL.
-		now := time.Now()
-		p := &pending{from: player, req: req, deadlineMs: now.Add(s.cfg.RequestTimeout).UnixMilli()}
-		key := waitKey{player, string(req.RequestId)}
-		sl.wait(key, ch)
-		s.feedLease(c, sl)
-		eff := sl.m.Submit(p, now)
 		sl.mu.Unlock()
-		s.run(c, sl, eff)
-		timer := time.NewTimer(s.cfg.RequestTimeout)
-		defer timer.Stop()
-		abandon := func() {
-			sl.mu.Lock()
-			// A retry that took this caller's place waits for it still.
-			if sl.unwait(key, ch) {
-				sl.m.Abandon(player, req.RequestId, time.Now())
-			}
-			sl.mu.Unlock()
-		}
-		select {
-		case r := <-ch:
+		if r, ok := s.submit(c, sl, player, req, gone); ok {
 			return r
-		case <-timer.C:
-			abandon()
-			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "coordinator busy"}
-		case <-gone:
-			abandon()
-			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the player went away"}
-		case <-s.ctx.Done():
-			sl.mu.Lock()
-			sl.unwait(key, ch)
-			sl.mu.Unlock()
-			return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}
 		}
+		// The role changed before the request reached the machine.
+		return s.serveRequestOnce(from, c, req, waited, gone)
 	case pb.Role_ROLE_REPLICA:
 		coord := sl.m.coordinator
 		sl.mu.Unlock()
@@ -994,6 +1037,69 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "state transfer running"}
 	}
 	return s.redirectOrAcquire(from, c, req, waited, gone)
+}
+
+// submit hands player's request to region c's machine, on the Service's
+// loop, and waits for its answer; false if this peer no longer
+// coordinated the region by then (nothing was submitted).
+func (s *Service) submit(c Coord, sl *slot, player peer.ID, req *pb.Request, gone <-chan struct{}) (*pb.Reply, bool) {
+	ch := make(chan *pb.Reply, 1)
+	key := waitKey{player, string(req.RequestId)}
+	submitted := false
+	ran := s.onLoop(func() {
+		sl.mu.Lock()
+		if sl.m.role != pb.Role_ROLE_COORDINATOR {
+			sl.mu.Unlock()
+			return
+		}
+		// The request's deadline is when this peer stops waiting for its
+		// answer: a lock granted later would go to nobody and block the
+		// object's other waiters until its TTL.
+		now := time.Now()
+		p := &pending{from: player, req: req, deadlineMs: now.Add(s.cfg.RequestTimeout).UnixMilli()}
+		sl.wait(key, ch)
+		s.feedLease(c, sl)
+		eff := sl.m.Submit(p, now)
+		sl.mu.Unlock()
+		submitted = true
+		s.run(c, sl, eff)
+	})
+	if !ran {
+		sl.mu.Lock()
+		sl.unwait(key, ch)
+		sl.mu.Unlock()
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}, true
+	}
+	if !submitted {
+		return nil, false
+	}
+	timer := time.NewTimer(s.cfg.RequestTimeout)
+	defer timer.Stop()
+	abandon := func() {
+		s.onLoop(func() {
+			sl.mu.Lock()
+			// A retry that took this caller's place waits for it still.
+			if sl.unwait(key, ch) {
+				sl.m.Abandon(player, req.RequestId, time.Now())
+			}
+			sl.mu.Unlock()
+		})
+	}
+	select {
+	case r := <-ch:
+		return r, true
+	case <-timer.C:
+		abandon()
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "coordinator busy"}, true
+	case <-gone:
+		abandon()
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the player went away"}, true
+	case <-s.ctx.Done():
+		sl.mu.Lock()
+		sl.unwait(key, ch)
+		sl.mu.Unlock()
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}, true
+	}
 }
 
 // redirectOrAcquire answers a request for a region this peer does not
@@ -1056,7 +1162,7 @@ func suspected(req *pb.Request, p peer.ID) bool {
 	return false
 }
 
-// --- maintenance --------------------------------------------------------------
+// --- roles --------------------------------------------------------------------
 
 // Role returns this peer's role in region c.
 func (s *Service) Role(c Coord) Role {
@@ -1079,267 +1185,6 @@ func roleOf(r pb.Role) Role {
 		return RoleReplica
 	default:
 		return RoleNone
-	}
-}
-
-// reportRoles tells OnRoleChange about roles that changed since the last
-// report.
-func (s *Service) reportRoles() {
-	if s.cfg.OnRoleChange == nil {
-		return
-	}
-	for _, c := range s.heldRegions() {
-		r := s.Role(c)
-		if s.reported[c] != r {
-			s.reported[c] = r
-			s.cfg.OnRoleChange(c, r)
-		}
-	}
-}
-
-// recheckTicks is how many maintenance periods pass between re-probes of
-// peers marked dead that are still connected: on an overloaded peer a
-// probe can time out although its target lives, and such a peer must not
-// stay out of placement for the whole DeadFor.
-const recheckTicks = 4
-
-func (s *Service) recheckDead() {
-	s.liveMu.Lock()
-	var suspects []peer.ID
-	for p := range s.dead {
-		if len(suspects) < 8 && s.tr.Connected(p) {
-			suspects = append(suspects, p)
-		}
-	}
-	s.liveMu.Unlock()
-	for _, p := range suspects {
-		s.spawn(func() { s.probe(p) })
-	}
-}
-
-// lonelyRefreshTicks is how many maintenance periods a peer that knows
-// fewer than two other region peers waits between routing table refreshes.
-const lonelyRefreshTicks = 10
-
-func (s *Service) maintainLoop() {
-	defer s.wg.Done()
-	tick := time.NewTicker(s.cfg.MaintainEvery)
-	defer tick.Stop()
-	var ticks int
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-tick.C:
-			for _, c := range s.heldRegions() {
-				s.maintain(c, wakeup{})
-			}
-			s.expireLocks()
-			s.reportRoles()
-			if ticks%recheckTicks == 0 {
-				s.recheckDead()
-			}
-			// A peer that knows almost no region peers may have joined
-			// before the others registered with the bootstrap node; the
-			// DHT's own refresh is minutes away.
-			if ticks++; ticks%lonelyRefreshTicks == 0 && len(s.candidates()) < 3 {
-				s.tr.RefreshRoutingTable()
-			}
-		case w := <-s.wake:
-			s.maintain(w.c, w)
-		case p := <-s.downed:
-			s.peerDown(p)
-		}
-	}
-}
-
-// peerDown reacts to the last connection to p closing: if p coordinates or
-// replicates a region this peer holds, check it and fail over at once.
-func (s *Service) peerDown(p peer.ID) {
-	var affected []Coord
-	for _, c := range s.heldRegions() {
-		sl := s.slot(c)
-		sl.mu.Lock()
-		if sl.m.coordinator == p || sl.m.replica == p {
-			affected = append(affected, c)
-		}
-		sl.mu.Unlock()
-	}
-	if len(affected) == 0 {
-		return
-	}
-	s.spawn(func() {
-		if s.probe(p) {
-			return
-		}
-		for _, c := range affected {
-			select {
-			case s.wake <- wakeup{c: c, nudged: true}:
-			default:
-			}
-		}
-	})
-}
-
-// maintain checks this peer's role for region c against its view of the
-// live peers.
-// wakeup asks maintain to look at region c now (nudged: not on the
-// periodic check); nudger is the peer that nudged this one about it (""
-// after a death).
-type wakeup struct {
-	c      Coord
-	nudged bool
-	nudger peer.ID
-}
-
-func (s *Service) maintain(c Coord, w wakeup) {
-	nudged := w.nudged
-	sl := s.existingSlot(c)
-	if sl == nil {
-		// Nothing held: a nudge asks this peer to take the region if it
-		// is the closest (a slot is made only then).
-		if nudged && s.placement(c)[0] == s.h.ID() {
-			s.beginAcquire(c, false, w.nudger)
-		}
-		return
-	}
-	sl.mu.Lock()
-	role, coord, replica, acquiring := sl.m.role, sl.m.coordinator, sl.m.replica, sl.acquiring
-	sl.mu.Unlock()
-	if acquiring {
-		return
-	}
-	switch role {
-	case pb.Role_ROLE_COORDINATOR:
-		order := s.placement(c)
-		if order[0] != s.h.ID() {
-			if s.stepDownEmpty(c, sl, order[0]) {
-				return
-			}
-			// A closer peer exists: it should take over (hand-off).
-			sl.mu.Lock()
-			due := time.Since(sl.lastNudge) > 4*s.cfg.MaintainEvery
-			if due {
-				sl.lastNudge = time.Now()
-			}
-			sl.mu.Unlock()
-			if due {
-				target := order[0]
-				s.log.Debug("a closer peer should coordinate; nudging it", "region", c, "closer", target)
-				s.spawn(func() { s.nudge(target, c) })
-			}
-			// The queue moves on meanwhile, and a lease that came since
-			// gets this peer's copy compared under it: until then its copy
-			// is not claimed as the lease's, and the closer peer, nudged,
-			// would not take it over from the lease holder.
-			sl.mu.Lock()
-			s.feedLease(c, sl)
-			eff := sl.m.Kick(time.Now())
-			sl.mu.Unlock()
-			s.run(c, sl, eff)
-			return
-		}
-		if nudged {
-			// Nudged to take a region it already coordinates: the nudger
-			// holds the region too, in a newer epoch if a false suspicion
-			// made it take over while this peer, unable to commit (the
-			// lease went with it), had nothing to replicate and so never
-			// heard of the newer epoch. acquire compares the copies and
-			// takes the fresher one back by hand-off.
-			s.log.Debug("nudged while coordinating; comparing copies", "region", c)
-			s.beginAcquire(c, true, w.nudger)
-			return
-		}
-		// The replica follows placement (the machine applies a change
-		// between two messages to the replica, so a steady stream of
-		// writes does not keep an old one), and the queue moves on if it
-		// waited for this peer's lease proof.
-		desired := s.replicaChoice(c)
-		sl.mu.Lock()
-		var eff effects
-		if desired != replica {
-			s.feedLease(c, sl)
-			eff = sl.m.SetReplica(desired, time.Now())
-		} else {
-			s.feedLease(c, sl)
-			eff = sl.m.Kick(time.Now())
-		}
-		sl.mu.Unlock()
-		s.run(c, sl, eff)
-	case pb.Role_ROLE_REPLICA:
-		// A nudge from the coordinator (which sees this peer closer, or
-		// steps aside) asks the replica to take the region over, unless
-		// this peer steps aside itself; acquire defers to a closer holder
-		// that does not step aside.
-		if !s.alive(coord) || (nudged && s.eligible(c)) {
-			s.beginAcquire(c, false, w.nudger)
-			return
-		}
-		// Now and then a replica checks that its coordinator still
-		// replicates to it: a retirement can be lost, and an old copy
-		// kept would be taken over, stale, if the coordinator died.
-		sl.mu.Lock()
-		due := time.Since(sl.lastCheck) > replicaCheckEvery*s.cfg.MaintainEvery
-		if due {
-			sl.lastCheck = time.Now()
-		}
-		sl.mu.Unlock()
-		if due {
-			s.spawn(func() { s.checkReplicaCopy(c, sl, coord) })
-		}
-	default:
-		if nudged {
-			if order := s.placement(c); order[0] == s.h.ID() {
-				s.beginAcquire(c, false, w.nudger)
-			}
-		}
-	}
-}
-
-// replicaCheckEvery is how many maintenance periods pass between a
-// replica's checks that its coordinator still replicates to it.
-const replicaCheckEvery = 6
-
-func (s *Service) checkReplicaCopy(c Coord, sl *slot, coord peer.ID) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	reply, err := s.call(ctx, coord, c, &pb.Message{Body: &pb.Message_Info{Info: &pb.Info{}}})
-	if err != nil || reply.GetInfoReply() == nil {
-		return
-	}
-	sl.mu.Lock()
-	sl.m.Dropped(coord, reply.GetInfoReply())
-	sl.mu.Unlock()
-}
-
-// stepDownEmpty ends this peer's coordination of region c if a closer
-// peer exists, nothing was ever committed here and the commit gate does
-// not let this peer commit: a peer whose view was thin when the region
-// was first asked for created it empty, and another peer coordinates it
-// under the lease. It has nothing to hand over, and would otherwise
-// stay a second coordinator that keeps asking for the lease.
-func (s *Service) stepDownEmpty(c Coord, sl *slot, closer peer.ID) bool {
-	if _, ok := s.cfg.Gate.Allowed(c); ok {
-		return false
-	}
-	sl.mu.Lock()
-	m := sl.m
-	if m.role != pb.Role_ROLE_COORDINATOR || m.seq != 0 || len(m.objects) != 0 || m.outstanding || len(m.inflight) != 0 {
-		sl.mu.Unlock()
-		return false
-	}
-	eff := m.stepDown(closer)
-	sl.mu.Unlock()
-	s.log.Debug("stepping down from an empty region another peer coordinates", "region", c, "closer", closer)
-	s.run(c, sl, eff)
-	return true
-}
-
-func (s *Service) nudge(p peer.ID, c Coord) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	if _, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_Nudge{Nudge: &pb.Nudge{}}}); err != nil {
-		s.markDead(p)
 	}
 }
 
