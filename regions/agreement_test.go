@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
 // disagreements lists where a live peer's placement of a region differs
@@ -29,16 +31,16 @@ func (cl *cluster) disagreements() []string {
 // that took.
 func (cl *cluster) agreeUnaided(t testing.TB, within time.Duration) time.Duration {
 	t.Helper()
-	within *= slowdown
 	start := time.Now()
-	for {
-		wrong := cl.disagreements()
-		if len(wrong) == 0 {
-			return time.Since(start)
+	var wrong []string
+	defer func() {
+		if t.Failed() && len(wrong) > 0 {
+			t.Logf("placement not agreed without lookups (%d disagreements), first: %s", len(wrong), wrong[0])
 		}
-		if time.Since(start) > within {
-			t.Fatalf("placement not agreed without lookups after %s (%d disagreements), first: %s", within, len(wrong), wrong[0])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	}()
+	vnettest.EventuallyWithin(t, within, "placement agreed without lookups", func() bool {
+		wrong = cl.disagreements()
+		return len(wrong) == 0
+	})
+	return time.Since(start)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"testing"
@@ -12,30 +13,36 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
-	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
-// cluster is a set of region peers on libp2p's in-memory network, plus one
-// bootstrap node that does not run the region protocol (as in production).
+// cluster is a set of region peers on a virtual network (vnettest), plus
+// one bootstrap node that does not run the region protocol (as in
+// production). Tests run it inside a synctest bubble (vnettest.Run), where
+// its latencies, timeouts and waits are simulated time.
 type cluster struct {
 	t       *testing.T
-	mn      mocknet.Mocknet
+	vc      *vnettest.Cluster
 	cfg     Config
-	boot    *node.Node
 	mu      sync.Mutex
 	members []*member
-	port    int
 	hashes  hashCache
+	// hostiles counts the hostile peers, for their addresses.
+	hostiles int
+	// keys draws the identities of the peers added without one: seeded,
+	// so a run is reproducible (vnettest's own sequence is not used: it
+	// refuses identities that would overflow a routing-table bucket,
+	// which forty peers cannot avoid at the widest one).
+	keys *rand.ChaCha8
 	// adjust, if set, changes a new member's config (gates, hooks).
 	adjust func(cfg *Config, self peer.ID)
 }
 
 type member struct {
+	p   *vnettest.Peer
 	n   *node.Node
 	svc *Service
 	cl  *Client
@@ -53,76 +60,56 @@ func testLogger() *slog.Logger {
 }
 
 func newCluster(t testing.TB, peers int, latency time.Duration, cfg Config) *cluster {
+	t.Helper()
 	tt, _ := t.(*testing.T)
-	cl := &cluster{t: tt, mn: mocknet.New(), cfg: cfg}
-	cl.mn.SetLinkDefaults(mocknet.LinkOptions{Latency: latency})
-	t.Cleanup(func() { cl.close() })
-	h, err := cl.mn.GenPeer()
-	if err != nil {
-		t.Fatal(err)
+	if latency == 0 {
+		// vnettest reads 0 as its default of 1 ms; a benchmark asking
+		// for no latency gets next to none.
+		latency = time.Nanosecond
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl.boot, err = node.New(ctx, node.WithHost(h))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := &cluster{t: tt, cfg: cfg, keys: rand.NewChaCha8([32]byte([]byte("overworld regions cluster tests!"))),
+		vc: vnettest.New(t, 0, vnettest.Options{Latency: latency, Logger: testLogger()})}
 	for i := 0; i < peers; i++ {
 		cl.add(t, nil)
 	}
 	return cl
 }
 
-// add starts a region peer, with the given identity if key is not nil.
+// add starts a region peer, with the given identity if key is not nil
+// (else the next of the cluster's seeded identities).
 func (cl *cluster) add(t testing.TB, key crypto.PrivKey) *member {
 	t.Helper()
-	var err error
 	if key == nil {
-		key, _, err = crypto.GenerateEd25519Key(nil)
+		var err error
+		cl.mu.Lock()
+		key, _, err = crypto.GenerateEd25519Key(cl.keys)
+		cl.mu.Unlock()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	cl.mu.Lock()
-	cl.port++
-	addr := ma.StringCast(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", 10000+cl.port))
-	cl.mu.Unlock()
-	h, err := cl.mn.AddPeer(key, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, other := range cl.mn.Peers() {
-		if other != h.ID() {
-			if _, err := cl.mn.LinkPeers(h.ID(), other); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n, err := node.New(ctx, node.WithHost(h), node.WithBootstrapPeers(cl.boot.AddrInfo()),
-		node.WithBootstrapBackoff(node.Backoff{Initial: 20 * time.Millisecond, Max: time.Second, Jitter: 0.2}),
-		node.WithLogger(testLogger().With("peer", h.ID().ShortString())))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := cl.vc.AddKey(key)
+	n := p.Node
 	cfg := cl.cfg
-	cfg.Logger = testLogger().With("peer", h.ID().ShortString())
+	cfg.Logger = testLogger().With("peer", n.ID().ShortString())
 	cfg.Registerer = prometheus.NewRegistry()
 	if cl.adjust != nil {
-		cl.adjust(&cfg, h.ID())
+		cl.adjust(&cfg, n.ID())
 	}
 	svc, err := New(n, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &member{n: n, svc: svc, cl: svc.Client(), up: true, reg: cfg.Registerer.(*prometheus.Registry)}
+	// The service stops before its node when the cluster closes.
+	p.OnClose(func() { svc.Close() })
+	m := &member{p: p, n: n, svc: svc, cl: svc.Client(), up: true, reg: cfg.Registerer.(*prometheus.Registry)}
 	cl.mu.Lock()
 	cl.members = append(cl.members, m)
 	cl.mu.Unlock()
 	return m
 }
 
+// stop stops m cleanly: its service, then its node (peers hear it leave).
 func (m *member) stop() {
 	m.up = false
 	m.svc.Close()
@@ -131,41 +118,19 @@ func (m *member) stop() {
 
 // crash kills m as a crash does, not as a clean stop: its region service
 // stops at once (a crashed process runs nothing more), its links to every
-// peer are cut and its connections dropped, and its node is not closed, so
-// no peer hears a goodbye. The test's cleanup closes it.
+// peer are cut and its streams and connections dropped (vnettest's
+// Crash), and its node is not closed, so no peer hears a goodbye. The
+// cluster closes it when the test ends.
 func (cl *cluster) crash(t testing.TB, m *member) {
 	cl.mu.Lock()
 	m.up = false
 	cl.mu.Unlock()
-	h := m.n.Host()
-	h.RemoveStreamHandler(protocol.ID(ProtocolID))
 	m.svc.Close()
-	for _, p := range cl.mn.Peers() {
-		if p != h.ID() {
-			_ = cl.mn.UnlinkPeers(h.ID(), p)
-		}
-	}
-	for _, p := range cl.mn.Peers() {
-		if p != h.ID() {
-			_ = cl.mn.DisconnectPeers(h.ID(), p)
-		}
-	}
-	t.Cleanup(func() { m.n.Close() })
+	cl.vc.Crash(m.p)
 }
 
-func (cl *cluster) close() {
-	var wg sync.WaitGroup
-	for _, m := range cl.live() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.stop()
-		}()
-	}
-	wg.Wait()
-	cl.boot.Close()
-	cl.mn.Close()
-}
+// close ends the cluster before the test does.
+func (cl *cluster) close() { cl.vc.Close() }
 
 func (cl *cluster) live() []*member {
 	cl.mu.Lock()
@@ -211,9 +176,10 @@ func (cl *cluster) regions() []Coord {
 // settle waits until every live peer names the true coordinator and
 // replica of every region. A peer that disagrees about a region looks the
 // region up on the DHT (as acquiring a region does), which fills its view.
+// Its checks keep their cadence (200 ms apart at first, to give the DHT's
+// own refreshes a chance); inside a bubble they cost no wall time.
 func (cl *cluster) settle(t testing.TB, within time.Duration) time.Duration {
 	t.Helper()
-	within *= slowdown
 	start := time.Now()
 	for {
 		var wrong []string
@@ -269,101 +235,98 @@ func (cl *cluster) settle(t testing.TB, within time.Duration) time.Duration {
 	}
 }
 
+// waitUntil polls cond until it holds; within bounds the wait (simulated
+// time inside a bubble).
 func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	within *= slowdown
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	vnettest.EventuallyWithin(t, within, what, cond)
 }
 
 func testConfig(w, h int) Config {
-	return Config{World: "test", Width: w, Height: h, RequestTimeout: slowdown * 3 * time.Second, ProbeTimeout: slowdown * time.Second,
+	return Config{World: "test", Width: w, Height: h, RequestTimeout: 3 * time.Second, ProbeTimeout: time.Second,
 		MaintainEvery: 200 * time.Millisecond}
 }
 
 func TestSmallClusterBasics(t *testing.T) {
-	cfg := testConfig(2, 2)
-	var rolesMu sync.Mutex
-	roles := map[Role]int{}
-	cfg.OnRoleChange = func(c Coord, r Role) {
-		if c == (Coord{1, 1}) {
+	vnettest.Run(t, func(t *testing.T) {
+		cfg := testConfig(2, 2)
+		var rolesMu sync.Mutex
+		roles := map[Role]int{}
+		cfg.OnRoleChange = func(c Coord, r Role) {
+			if c == (Coord{1, 1}) {
+				rolesMu.Lock()
+				roles[r]++
+				rolesMu.Unlock()
+			}
+		}
+		cl := newCluster(t, 6, time.Millisecond, cfg)
+		d := cl.settle(t, 30*time.Second)
+		t.Logf("placement settled in %s", d)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c := Coord{1, 1}
+		a, b := cl.members[0], cl.members[3]
+		o, err := a.cl.Initialize(ctx, c, "apple", []byte("5"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Version != 1 {
+			t.Fatalf("version %d after initialize", o.Version)
+		}
+		o, err = b.cl.ReadWrite(ctx, c, "apple", 1, []byte("4"))
+		if err != nil || o.Version != 2 {
+			t.Fatalf("read-write: %v %+v", err, o)
+		}
+		_, err = a.cl.ReadWrite(ctx, c, "apple", 1, []byte("3"))
+		var ce *ConflictError
+		if !asConflict(err, &ce) || ce.Current.Version != 2 || string(ce.Current.Value) != "4" {
+			t.Fatalf("stale read-write: %v", err)
+		}
+		st, err := b.cl.Get(ctx, c)
+		if err != nil || len(st.Objects) != 1 || string(st.Objects[0].Value) != "4" {
+			t.Fatalf("get: %v %+v", err, st)
+		}
+		// The coordinator counted what it answered, conflicts apart.
+		coord, _ := cl.truth(c)
+		reg := cl.byID(coord).reg
+		for _, want := range []struct {
+			op, status string
+			min        float64
+		}{{"initialize", "ok", 1}, {"read_write", "ok", 1}, {"read_write", "conflict", 1}} {
+			if got := metricValue(t, reg, "overworld_region_requests_total", map[string]string{"op": want.op, "status": want.status}); got < want.min {
+				t.Errorf("coordinator counted %v %s requests answered %s, want >= %v", got, want.op, want.status, want.min)
+			}
+		}
+		if got := metricValue(t, reg, "overworld_regions_held", map[string]string{"role": "coordinator"}); got < 1 {
+			t.Errorf("coordinator reports %v regions held as coordinator", got)
+		}
+		// Kill the coordinator: the replica takes over with the object.
+		cl.byID(coord).stop()
+		var user *member
+		for _, m := range cl.live() {
+			user = m
+		}
+		start := time.Now()
+		st, err = user.cl.Get(ctx, c)
+		if err != nil || len(st.Objects) != 1 || string(st.Objects[0].Value) != "4" || st.Objects[0].Version != 2 {
+			t.Fatalf("get after fail-over: %v %+v", err, st)
+		}
+		t.Logf("fail-over took %s", time.Since(start))
+		// The replica that took over and its new replica say so through
+		// OnRoleChange.
+		waitUntil(t, 10*time.Second, "role changes reported", func() bool {
 			rolesMu.Lock()
-			roles[r]++
-			rolesMu.Unlock()
+			defer rolesMu.Unlock()
+			return roles[RoleCoordinator] >= 1 && roles[RoleReplica] >= 1
+		})
+		var takeovers float64
+		for _, m := range cl.live() {
+			takeovers += metricValue(t, m.reg, "overworld_region_takeovers_total", map[string]string{"how": "own_copy"})
 		}
-	}
-	cl := newCluster(t, 6, time.Millisecond, cfg)
-	d := cl.settle(t, 30*time.Second)
-	t.Logf("placement settled in %s", d)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c := Coord{1, 1}
-	a, b := cl.members[0], cl.members[3]
-	o, err := a.cl.Initialize(ctx, c, "apple", []byte("5"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.Version != 1 {
-		t.Fatalf("version %d after initialize", o.Version)
-	}
-	o, err = b.cl.ReadWrite(ctx, c, "apple", 1, []byte("4"))
-	if err != nil || o.Version != 2 {
-		t.Fatalf("read-write: %v %+v", err, o)
-	}
-	_, err = a.cl.ReadWrite(ctx, c, "apple", 1, []byte("3"))
-	var ce *ConflictError
-	if !asConflict(err, &ce) || ce.Current.Version != 2 || string(ce.Current.Value) != "4" {
-		t.Fatalf("stale read-write: %v", err)
-	}
-	st, err := b.cl.Get(ctx, c)
-	if err != nil || len(st.Objects) != 1 || string(st.Objects[0].Value) != "4" {
-		t.Fatalf("get: %v %+v", err, st)
-	}
-	// The coordinator counted what it answered, conflicts apart.
-	coord, _ := cl.truth(c)
-	reg := cl.byID(coord).reg
-	for _, want := range []struct {
-		op, status string
-		min        float64
-	}{{"initialize", "ok", 1}, {"read_write", "ok", 1}, {"read_write", "conflict", 1}} {
-		if got := metricValue(t, reg, "overworld_region_requests_total", map[string]string{"op": want.op, "status": want.status}); got < want.min {
-			t.Errorf("coordinator counted %v %s requests answered %s, want >= %v", got, want.op, want.status, want.min)
+		if takeovers < 1 {
+			t.Errorf("no live peer counted taking region %s over with its own copy", c)
 		}
-	}
-	if got := metricValue(t, reg, "overworld_regions_held", map[string]string{"role": "coordinator"}); got < 1 {
-		t.Errorf("coordinator reports %v regions held as coordinator", got)
-	}
-	// Kill the coordinator: the replica takes over with the object.
-	cl.byID(coord).stop()
-	var user *member
-	for _, m := range cl.live() {
-		user = m
-	}
-	start := time.Now()
-	st, err = user.cl.Get(ctx, c)
-	if err != nil || len(st.Objects) != 1 || string(st.Objects[0].Value) != "4" || st.Objects[0].Version != 2 {
-		t.Fatalf("get after fail-over: %v %+v", err, st)
-	}
-	t.Logf("fail-over took %s", time.Since(start))
-	// The replica that took over and its new replica say so through
-	// OnRoleChange.
-	waitUntil(t, 10*time.Second, "role changes reported", func() bool {
-		rolesMu.Lock()
-		defer rolesMu.Unlock()
-		return roles[RoleCoordinator] >= 1 && roles[RoleReplica] >= 1
 	})
-	var takeovers float64
-	for _, m := range cl.live() {
-		takeovers += metricValue(t, m.reg, "overworld_region_takeovers_total", map[string]string{"how": "own_copy"})
-	}
-	if takeovers < 1 {
-		t.Errorf("no live peer counted taking region %s over with its own copy", c)
-	}
 }
 
 // metricValue sums the samples of the named counter or gauge in reg whose

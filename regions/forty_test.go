@@ -16,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
@@ -115,10 +116,17 @@ func (in *incrementer) step(ctx context.Context, t testing.TB) {
 // in-memory network (2 ms links) and a bootstrap node, in a world of 16
 // regions. The scenarios share the cluster to keep the test lean.
 func TestFortyPeers(t *testing.T) {
-	cl := newCluster(t, fortyPeers, linkLatency, testConfig(4, 4))
-	t.Run("placement agreement", func(t *testing.T) { testPlacementAgreement(t, cl) })
-	t.Run("conflicting increments", func(t *testing.T) { testConflictingIncrements(t, cl) })
-	t.Run("churn under load", func(t *testing.T) { testChurnUnderLoad(t, cl) })
+	vnettest.Run(t, func(t *testing.T) {
+		cl := newCluster(t, fortyPeers, linkLatency, testConfig(4, 4))
+		// Steps, not subtests: a subtest cannot run in a bubble. A failed
+		// step ends the test.
+		t.Log("step: placement agreement")
+		testPlacementAgreement(t, cl)
+		t.Log("step: conflicting increments")
+		testConflictingIncrements(t, cl)
+		t.Log("step: churn under load")
+		testChurnUnderLoad(t, cl)
+	})
 }
 
 func testPlacementAgreement(t *testing.T, cl *cluster) {
@@ -130,7 +138,7 @@ func testPlacementAgreement(t *testing.T, cl *cluster) {
 
 	// Touch every region from a random peer: the true coordinator ends up
 	// holding it with the true replica.
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	live := cl.live()
 	var wg sync.WaitGroup
@@ -185,7 +193,7 @@ func testConflictingIncrements(t *testing.T, cl *cluster) {
 		id     string
 	}{{Coord{0, 1}, "food-a"}, {Coord{2, 3}, "food-b"}}
 	obs := newObservations()
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	live := cl.live()
 	var wg sync.WaitGroup
@@ -310,7 +318,7 @@ func testChurnUnderLoad(t *testing.T, cl *cluster) {
 			go func() {
 				defer wg.Done()
 				for !stopLoad.Load() {
-					opCtx, opCancel := context.WithTimeout(ctx, slowdown*40*time.Second)
+					opCtx, opCancel := context.WithTimeout(ctx, 40*time.Second)
 					in.step(opCtx, t)
 					opCancel()
 				}
@@ -322,7 +330,7 @@ func testChurnUnderLoad(t *testing.T, cl *cluster) {
 	reach := func(event string) {
 		for _, c := range busy {
 			start := time.Now()
-			gctx, gcancel := context.WithTimeout(ctx, slowdown*40*time.Second)
+			gctx, gcancel := context.WithTimeout(ctx, 40*time.Second)
 			_, err := observer.cl.Get(gctx, c)
 			gcancel()
 			if err != nil {
@@ -416,89 +424,91 @@ func testChurnUnderLoad(t *testing.T, cl *cluster) {
 }
 
 func TestDoubleFailureRebuildsFromCaches(t *testing.T) {
-	cl := newCluster(t, 12, linkLatency, testConfig(2, 2))
-	cl.settle(t, 30*time.Second)
-	c := Coord{1, 0}
-	co, re := cl.truth(c)
-	var members []*member
-	for _, m := range cl.live() {
-		if m.id() != co && m.id() != re && len(members) < 4 {
-			members = append(members, m)
+	vnettest.Run(t, func(t *testing.T) {
+		cl := newCluster(t, 12, linkLatency, testConfig(2, 2))
+		cl.settle(t, 30*time.Second)
+		c := Coord{1, 0}
+		co, re := cl.truth(c)
+		var members []*member
+		for _, m := range cl.live() {
+			if m.id() != co && m.id() != re && len(members) < 4 {
+				members = append(members, m)
+			}
 		}
-	}
-	var subs []*Subscription
-	for _, m := range members {
-		sub, err := m.svc.Subscribe(c)
+		var subs []*Subscription
+		for _, m := range members {
+			sub, err := m.svc.Subscribe(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs = append(subs, sub)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Let the topic mesh form so that the members see the updates.
+		waitUntil(t, 10*time.Second, "members to meet on the event topic", func() bool {
+			for _, m := range members {
+				m.svc.mu.Lock()
+				rt := m.svc.topics[c]
+				n := 0
+				if rt != nil {
+					n = len(rt.m.ListPeers())
+				}
+				m.svc.mu.Unlock()
+				if n < len(members)-1 {
+					return false
+				}
+			}
+			return true
+		})
+		want := map[string]string{}
+		for i := 0; i < 5; i++ {
+			id := fmt.Sprintf("obj-%d", i)
+			for v := 0; v <= i; v++ {
+				val := fmt.Sprintf("%s@%d", id, v)
+				if _, err := members[v%len(members)].cl.Initialize(ctx, c, id, []byte(val)); err != nil {
+					t.Fatal(err)
+				}
+				want[id] = val
+			}
+		}
+		select {
+		case up := <-subs[0].C:
+			if up.Region != c || len(up.Objects) == 0 {
+				t.Fatalf("odd update %+v", up)
+			}
+		case <-ctx.Done():
+			t.Fatal("no update delivered to a subscriber")
+		}
+		for _, m := range members {
+			waitUntil(t, 10*time.Second, "member caches to hold every update", func() bool {
+				got := map[string]string{}
+				for _, o := range m.svc.Cached(c) {
+					got[o.ID] = string(o.Value)
+				}
+				return fmt.Sprint(got) == fmt.Sprint(want)
+			})
+		}
+		// Coordinator and replica die together.
+		cl.byID(co).stop()
+		cl.byID(re).stop()
+		start := time.Now()
+		st, err := members[0].cl.Get(ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		subs = append(subs, sub)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
-	defer cancel()
-	// Let the topic mesh form so that the members see the updates.
-	waitUntil(t, 10*time.Second, "members to meet on the event topic", func() bool {
-		for _, m := range members {
-			m.svc.mu.Lock()
-			rt := m.svc.topics[c]
-			n := 0
-			if rt != nil {
-				n = len(rt.m.ListPeers())
-			}
-			m.svc.mu.Unlock()
-			if n < len(members)-1 {
-				return false
-			}
+		t.Logf("region back from members' caches after %s", time.Since(start))
+		got := map[string]string{}
+		for _, o := range st.Objects {
+			got[o.ID] = string(o.Value)
 		}
-		return true
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("rebuilt region holds %v, want %v", got, want)
+		}
+		// And it takes updates again, with versions above the cached ones.
+		o, err := members[1].cl.ReadWrite(ctx, c, "obj-4", 5, []byte("after"))
+		if err != nil || o.Version != 6 {
+			t.Fatalf("update after rebuild: %v %+v", err, o)
+		}
 	})
-	want := map[string]string{}
-	for i := 0; i < 5; i++ {
-		id := fmt.Sprintf("obj-%d", i)
-		for v := 0; v <= i; v++ {
-			val := fmt.Sprintf("%s@%d", id, v)
-			if _, err := members[v%len(members)].cl.Initialize(ctx, c, id, []byte(val)); err != nil {
-				t.Fatal(err)
-			}
-			want[id] = val
-		}
-	}
-	select {
-	case up := <-subs[0].C:
-		if up.Region != c || len(up.Objects) == 0 {
-			t.Fatalf("odd update %+v", up)
-		}
-	case <-ctx.Done():
-		t.Fatal("no update delivered to a subscriber")
-	}
-	for _, m := range members {
-		waitUntil(t, 10*time.Second, "member caches to hold every update", func() bool {
-			got := map[string]string{}
-			for _, o := range m.svc.Cached(c) {
-				got[o.ID] = string(o.Value)
-			}
-			return fmt.Sprint(got) == fmt.Sprint(want)
-		})
-	}
-	// Coordinator and replica die together.
-	cl.byID(co).stop()
-	cl.byID(re).stop()
-	start := time.Now()
-	st, err := members[0].cl.Get(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("region back from members' caches after %s", time.Since(start))
-	got := map[string]string{}
-	for _, o := range st.Objects {
-		got[o.ID] = string(o.Value)
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("rebuilt region holds %v, want %v", got, want)
-	}
-	// And it takes updates again, with versions above the cached ones.
-	o, err := members[1].cl.ReadWrite(ctx, c, "obj-4", 5, []byte("after"))
-	if err != nil || o.Version != 6 {
-		t.Fatalf("update after rebuild: %v %+v", err, o)
-	}
 }

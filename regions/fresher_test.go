@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
@@ -73,15 +74,17 @@ func TestFresher(t *testing.T) {
 // the same lease and assigned later, rather than keep its own for its
 // higher epoch.
 func TestStaleTakeoverLosesToTheLaterReplica(t *testing.T) {
-	c := Coord{1, 1}
-	cl, _, co, re := leasedCluster(t, 5, c)
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
-	defer cancel()
-	strayReplica(t, ctx, cl, co, re, c)
-	cl.crash(t, co)
-	// The lease stays with the crashed coordinator (it has not expired):
-	// nobody commits, and the copies are compared as they are.
-	waitUntil(t, 20*time.Second, "R to coordinate Q's copy", func() bool {
-		return re.svc.Role(c) == RoleCoordinator && strings.Contains(stateOf(re, c), "version:3")
+	vnettest.Run(t, func(t *testing.T) {
+		c := Coord{1, 1}
+		cl, _, co, re := leasedCluster(t, 5, c)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		strayReplica(t, ctx, cl, co, re, c)
+		cl.crash(t, co)
+		// The lease stays with the crashed coordinator (it has not expired):
+		// nobody commits, and the copies are compared as they are.
+		waitUntil(t, 20*time.Second, "R to coordinate Q's copy", func() bool {
+			return re.svc.Role(c) == RoleCoordinator && strings.Contains(stateOf(re, c), "version:3")
+		})
 	})
 }

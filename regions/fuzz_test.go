@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
@@ -121,62 +122,64 @@ func FuzzMachineStep(f *testing.F) {
 }
 
 func TestMalformedFramesGetErrorsAndChangeNothing(t *testing.T) {
-	cl := newCluster(t, 2, 0, testConfig(1, 1))
-	cl.settle(t, 20*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	a, b := cl.members[0], cl.members[1]
-	if _, err := a.cl.Initialize(ctx, Coord{}, "food", []byte("full")); err != nil {
-		t.Fatal(err)
-	}
-	co, _ := cl.truth(Coord{})
-	target := cl.byID(co)
-	sender := a
-	if target == a {
-		sender = b
-	}
-	state := func() string {
-		sl := target.svc.slot(Coord{})
-		sl.mu.Lock()
-		defer sl.mu.Unlock()
-		return sl.m.snapshot().String()
-	}
-	before := state()
-	frame := func(m *pb.Message) []byte {
-		var buf bytes.Buffer
-		_ = writeMessage(&buf, m)
-		return buf.Bytes()
-	}
-	big := &pb.Message{World: "test", Body: &pb.Message_Request{Request: rw(9, "food", 1, "")}}
-	big.GetRequest().Value = make([]byte, MaxValueSize+1)
-	cases := map[string][]byte{
-		"oversized frame": binary.AppendUvarint(nil, MaxFrameSize+1),
-		"garbage":         append(binary.AppendUvarint(nil, 5), 0xff, 0xff, 0xff, 0xff, 0xff),
-		"oversized value": frame(big),
-		"short request ID": frame(&pb.Message{World: "test", Body: &pb.Message_Request{Request: &pb.Request{
-			RequestId: []byte{1}, Op: pb.Op_OP_INITIALIZE, ObjectId: "food", Value: []byte("x")}}}),
-		"other world":       frame(&pb.Message{World: "elsewhere", Body: &pb.Message_Request{Request: rw(3, "food", 1, "x")}}),
-		"outside the world": frame(&pb.Message{World: "test", X: 5, Body: &pb.Message_Request{Request: rw(4, "food", 1, "x")}}),
-		"bogus snapshot": frame(&pb.Message{World: "test", Body: &pb.Message_Replicate{Replicate: &pb.Replicate{Epoch: 1,
-			Snapshot: &pb.Snapshot{Epoch: 1, Objects: []*pb.Object{{Id: ""}}}}}}),
-	}
-	for name, raw := range cases {
-		st, err := sender.n.Host().NewStream(ctx, target.id(), protocol.ID(ProtocolID))
-		if err != nil {
+	vnettest.Run(t, func(t *testing.T) {
+		cl := newCluster(t, 2, 0, testConfig(1, 1))
+		cl.settle(t, 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		a, b := cl.members[0], cl.members[1]
+		if _, err := a.cl.Initialize(ctx, Coord{}, "food", []byte("full")); err != nil {
 			t.Fatal(err)
 		}
-		_, _ = st.Write(append(binary.AppendUvarint(nil, 0), raw...)) // an empty token frame first
-		_ = st.CloseWrite()
-		reply, err := readMessage(bufio.NewReader(st))
-		st.Close()
-		if err != nil {
-			t.Fatalf("%s: no reply: %v", name, err)
+		co, _ := cl.truth(Coord{})
+		target := cl.byID(co)
+		sender := a
+		if target == a {
+			sender = b
 		}
-		if r := reply.GetReply(); r == nil || r.Status != pb.Status_STATUS_BAD_REQUEST || r.Error == "" {
-			t.Fatalf("%s: reply %v, want BAD_REQUEST with a reason", name, reply)
+		state := func() string {
+			sl := target.svc.slot(Coord{})
+			sl.mu.Lock()
+			defer sl.mu.Unlock()
+			return sl.m.snapshot().String()
 		}
-	}
-	if after := state(); after != before {
-		t.Fatalf("state changed:\n%s\n%s", before, after)
-	}
+		before := state()
+		frame := func(m *pb.Message) []byte {
+			var buf bytes.Buffer
+			_ = writeMessage(&buf, m)
+			return buf.Bytes()
+		}
+		big := &pb.Message{World: "test", Body: &pb.Message_Request{Request: rw(9, "food", 1, "")}}
+		big.GetRequest().Value = make([]byte, MaxValueSize+1)
+		cases := map[string][]byte{
+			"oversized frame": binary.AppendUvarint(nil, MaxFrameSize+1),
+			"garbage":         append(binary.AppendUvarint(nil, 5), 0xff, 0xff, 0xff, 0xff, 0xff),
+			"oversized value": frame(big),
+			"short request ID": frame(&pb.Message{World: "test", Body: &pb.Message_Request{Request: &pb.Request{
+				RequestId: []byte{1}, Op: pb.Op_OP_INITIALIZE, ObjectId: "food", Value: []byte("x")}}}),
+			"other world":       frame(&pb.Message{World: "elsewhere", Body: &pb.Message_Request{Request: rw(3, "food", 1, "x")}}),
+			"outside the world": frame(&pb.Message{World: "test", X: 5, Body: &pb.Message_Request{Request: rw(4, "food", 1, "x")}}),
+			"bogus snapshot": frame(&pb.Message{World: "test", Body: &pb.Message_Replicate{Replicate: &pb.Replicate{Epoch: 1,
+				Snapshot: &pb.Snapshot{Epoch: 1, Objects: []*pb.Object{{Id: ""}}}}}}),
+		}
+		for name, raw := range cases {
+			st, err := sender.n.Host().NewStream(ctx, target.id(), protocol.ID(ProtocolID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = st.Write(append(binary.AppendUvarint(nil, 0), raw...)) // an empty token frame first
+			_ = st.CloseWrite()
+			reply, err := readMessage(bufio.NewReader(st))
+			st.Close()
+			if err != nil {
+				t.Fatalf("%s: no reply: %v", name, err)
+			}
+			if r := reply.GetReply(); r == nil || r.Status != pb.Status_STATUS_BAD_REQUEST || r.Error == "" {
+				t.Fatalf("%s: reply %v, want BAD_REQUEST with a reason", name, reply)
+			}
+		}
+		if after := state(); after != before {
+			t.Fatalf("state changed:\n%s\n%s", before, after)
+		}
+	})
 }

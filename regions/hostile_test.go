@@ -12,10 +12,10 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/overworld-p2p/overworld/node"
 	"github.com/overworld-p2p/overworld/node/pbframe"
+	"github.com/overworld-p2p/overworld/node/vnet"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
@@ -45,25 +45,18 @@ func (cl *cluster) addHostile(t testing.TB, key crypto.PrivKey, answer func(peer
 		}
 	}
 	cl.mu.Lock()
-	cl.port++
-	addr := ma.StringCast(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", 10000+cl.port))
+	cl.hostiles++
+	addr := vnet.Addr(1<<20 + cl.hostiles) // clear of the cluster's own addresses
 	cl.mu.Unlock()
-	hst, err := cl.mn.AddPeer(key, addr)
+	hst, err := cl.vc.Net.AddHost(key, addr, vnet.HostOptions{})
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, other := range cl.mn.Peers() {
-		if other != hst.ID() {
-			if _, err := cl.mn.LinkPeers(hst.ID(), other); err != nil {
-				t.Fatal(err)
-			}
-		}
 	}
 	h := &hostile{key: key, world: cl.cfg.World, answer: answer}
 	hst.SetStreamHandler(protocol.ID(ProtocolID), h.handle)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h.n, err = node.New(ctx, node.WithHost(hst), node.WithBootstrapPeers(cl.boot.AddrInfo()),
+	h.n, err = node.New(ctx, node.WithHost(hst), node.WithBootstrapPeers(cl.vc.Boot.AddrInfo()),
 		node.WithBootstrapBackoff(node.Backoff{Initial: 20 * time.Millisecond, Max: time.Second, Jitter: 0.2}),
 		node.WithLogger(testLogger().With("peer", "hostile")))
 	if err != nil {

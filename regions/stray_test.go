@@ -9,6 +9,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
 
@@ -21,42 +22,44 @@ import (
 // compare its copy with the placed peers' and take Q's, so that every
 // write the coordinator acknowledged survives.
 func TestStrayCoordinatorComparesBeforeCommitting(t *testing.T) {
-	c := Coord{1, 1}
-	cl, book, co, re := leasedCluster(t, 5, c)
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
-	defer cancel()
-	q := strayReplica(t, ctx, cl, co, re, c)
-	rsl := re.svc.existingSlot(c)
-	// The coordinator crashes and its lease runs out: R gets the next one
-	// at its next maintenance tick (run here at once).
-	cl.crash(t, co)
-	book.release(c)
-	rsl.mu.Lock()
-	re.svc.feedLease(c, rsl)
-	eff := rsl.m.Kick(time.Now())
-	rsl.mu.Unlock()
-	re.svc.run(c, rsl, eff)
-	// A player keeps writing; each write that succeeds builds on the last.
-	var reader *member
-	for _, m := range cl.live() {
-		if m != re && m.id() != q {
-			reader = m
+	vnettest.Run(t, func(t *testing.T) {
+		c := Coord{1, 1}
+		cl, book, co, re := leasedCluster(t, 5, c)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		q := strayReplica(t, ctx, cl, co, re, c)
+		rsl := re.svc.existingSlot(c)
+		// The coordinator crashes and its lease runs out: R gets the next one
+		// at its next maintenance tick (run here at once).
+		cl.crash(t, co)
+		book.release(c)
+		rsl.mu.Lock()
+		re.svc.feedLease(c, rsl)
+		eff := rsl.m.Kick(time.Now())
+		rsl.mu.Unlock()
+		re.svc.run(c, rsl, eff)
+		// A player keeps writing; each write that succeeds builds on the last.
+		var reader *member
+		for _, m := range cl.live() {
+			if m != re && m.id() != q {
+				reader = m
+			}
 		}
-	}
-	o, err := reader.cl.ReadWrite(ctx, c, "apple", 3, []byte("4"))
-	if err != nil {
-		t.Fatalf("the write after the take-over (apple at version 3 acknowledged): %v", err)
-	}
-	if o.Version != 4 {
-		t.Fatalf("apple after the write: %+v", o)
-	}
-	st, err := reader.cl.Get(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := findObject(st.Objects, "apple"); a == nil || a.Version != 4 || string(a.Value) != "4" {
-		t.Fatalf("apple is %+v, want version 4 = \"4\"", a)
-	}
+		o, err := reader.cl.ReadWrite(ctx, c, "apple", 3, []byte("4"))
+		if err != nil {
+			t.Fatalf("the write after the take-over (apple at version 3 acknowledged): %v", err)
+		}
+		if o.Version != 4 {
+			t.Fatalf("apple after the write: %+v", o)
+		}
+		st, err := reader.cl.Get(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := findObject(st.Objects, "apple"); a == nil || a.Version != 4 || string(a.Value) != "4" {
+			t.Fatalf("apple is %+v, want version 4 = \"4\"", a)
+		}
+	})
 }
 
 // TestLeaseHolderAwayFromTheClosestHeals: a thin view at start made two
@@ -67,47 +70,49 @@ func TestStrayCoordinatorComparesBeforeCommitting(t *testing.T) {
 // and claims its copy as the lease's; Y, nudged, takes the region over
 // from X, and a player's write commits.
 func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
-	c := Coord{1, 0}
-	cfg := testConfig(2, 2)
-	book := newTestLeases(cfg.World)
-	cl := newCluster(t, 0, time.Millisecond, cfg)
-	cl.adjust = book.install
-	for range 4 {
-		cl.add(t, nil)
-	}
-	cl.settle(t, 30*time.Second)
-	yID, xID := cl.truth(c)
-	x, y := cl.byID(xID), cl.byID(yID)
-	var player *member
-	for _, m := range cl.live() {
-		if m != x && m != y {
-			player = m
+	vnettest.Run(t, func(t *testing.T) {
+		c := Coord{1, 0}
+		cfg := testConfig(2, 2)
+		book := newTestLeases(cfg.World)
+		cl := newCluster(t, 0, time.Millisecond, cfg)
+		cl.adjust = book.install
+		for range 4 {
+			cl.add(t, nil)
 		}
-	}
-	// The lease is held elsewhere while both create the region, and comes
-	// to X afterwards, as a lease service's grant does.
-	book.grant(c, testPeer(99))
-	for _, m := range []*member{x, y} {
-		sl := m.svc.slot(c)
-		sl.mu.Lock()
-		m.svc.feedLeaseTaking(c, sl)
-		eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
-		sl.mu.Unlock()
-		m.svc.run(c, sl, eff)
-	}
-	// X found no replica then (it is alone, with nothing queued).
-	xsl := x.svc.existingSlot(c)
-	xsl.mu.Lock()
-	x.svc.feedLease(c, xsl)
-	eff := xsl.m.SetReplica("", time.Now())
-	xsl.mu.Unlock()
-	x.svc.run(c, xsl, eff)
-	book.grant(c, xID)
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
-	defer cancel()
-	if _, err := player.cl.Initialize(ctx, c, "apple", []byte("1")); err != nil {
-		t.Fatalf("write with the lease away from the closest peer: %v", err)
-	}
+		cl.settle(t, 30*time.Second)
+		yID, xID := cl.truth(c)
+		x, y := cl.byID(xID), cl.byID(yID)
+		var player *member
+		for _, m := range cl.live() {
+			if m != x && m != y {
+				player = m
+			}
+		}
+		// The lease is held elsewhere while both create the region, and comes
+		// to X afterwards, as a lease service's grant does.
+		book.grant(c, testPeer(99))
+		for _, m := range []*member{x, y} {
+			sl := m.svc.slot(c)
+			sl.mu.Lock()
+			m.svc.feedLeaseTaking(c, sl)
+			eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
+			sl.mu.Unlock()
+			m.svc.run(c, sl, eff)
+		}
+		// X found no replica then (it is alone, with nothing queued).
+		xsl := x.svc.existingSlot(c)
+		xsl.mu.Lock()
+		x.svc.feedLease(c, xsl)
+		eff := xsl.m.SetReplica("", time.Now())
+		xsl.mu.Unlock()
+		x.svc.run(c, xsl, eff)
+		book.grant(c, xID)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := player.cl.Initialize(ctx, c, "apple", []byte("1")); err != nil {
+			t.Fatalf("write with the lease away from the closest peer: %v", err)
+		}
+	})
 }
 
 // TestLeaseHolderTakesTheFresherCopyFromACloserPeer: Y, the closest
@@ -118,32 +123,34 @@ func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 // peer, but does to the one that shows the region's current lease when it
 // holds none itself. Apple survives and a player's write commits.
 func TestLeaseHolderTakesTheFresherCopyFromACloserPeer(t *testing.T) {
-	c := Coord{1, 0}
-	cl, book, y, _ := leasedCluster(t, 4, c)
-	var x, player *member
-	for _, m := range cl.live() {
-		if m == y || m.svc.Role(c) == RoleReplica {
-			continue
+	vnettest.Run(t, func(t *testing.T) {
+		c := Coord{1, 0}
+		cl, book, y, _ := leasedCluster(t, 4, c)
+		var x, player *member
+		for _, m := range cl.live() {
+			if m == y || m.svc.Role(c) == RoleReplica {
+				continue
+			}
+			if x == nil {
+				x = m
+			} else {
+				player = m
+			}
 		}
-		if x == nil {
-			x = m
-		} else {
-			player = m
+		book.grant(c, testPeer(99)) // Y's lease lapses
+		sl := x.svc.slot(c)
+		sl.mu.Lock()
+		x.svc.feedLeaseTaking(c, sl)
+		eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
+		sl.mu.Unlock()
+		x.svc.run(c, sl, eff)
+		book.grant(c, x.id())
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := player.cl.ReadWrite(ctx, c, "apple", 1, []byte("2")); err != nil {
+			t.Fatalf("write after the lease moved to a farther peer: %v", err)
 		}
-	}
-	book.grant(c, testPeer(99)) // Y's lease lapses
-	sl := x.svc.slot(c)
-	sl.mu.Lock()
-	x.svc.feedLeaseTaking(c, sl)
-	eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
-	sl.mu.Unlock()
-	x.svc.run(c, sl, eff)
-	book.grant(c, x.id())
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
-	defer cancel()
-	if _, err := player.cl.ReadWrite(ctx, c, "apple", 1, []byte("2")); err != nil {
-		t.Fatalf("write after the lease moved to a farther peer: %v", err)
-	}
+	})
 }
 
 // strayReplica sets up the stray-replica case both lineage tests play: the

@@ -1,10 +1,7 @@
-//go:build !race
-
-// The race detector is off for these tests: with mocknet inside a
-// testing/synctest bubble the Go runtime itself crashes under -race
-// (SIGSEGV in runtime.(*timer).maybeRunChan, from mocknet's stream
-// transport, on Go 1.26.8). The real-time tests in sim_test.go cover the
-// same code under -race.
+// These tests run in synctest bubbles through vnettest.Run, which under
+// -race runs each bubble on one P: with the bubble's timer channels served
+// on several threads, Go 1.26's race runtime crashed the process
+// (golang/go#78156), so these tests used to be left out of -race builds.
 
 package sim
 
@@ -14,8 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
+
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 )
 
 // TestVirtualTime runs the simulator inside a testing/synctest bubble: every
@@ -94,7 +92,7 @@ func TestVirtualTime(t *testing.T) {
 			f.Close()
 		}
 	}
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		r := runLogged(t, cfg)
 		if r.Delivered == 0 {
 			t.Fatalf("no updates delivered: %+v", r)
@@ -150,7 +148,7 @@ func runLogged(t *testing.T, cfg Config) *Report {
 func TestChurn(t *testing.T) {
 	for _, leave := range []LeaveMode{LeaveHandoff, LeaveCrash} {
 		t.Run(string(leave), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			vnettest.Run(t, func(t *testing.T) {
 				cfg := DefaultConfig()
 				cfg.Players, cfg.Regions = 12, 4
 				cfg.Warmup, cfg.Duration = 3*time.Second, 12*time.Second
@@ -199,7 +197,7 @@ func TestChurn(t *testing.T) {
 // bots used is coordinated by exactly one peer, the one placement over all
 // players names.
 func TestDHTPlacement(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Players, cfg.Regions = 27, 9
 		cfg.Warmup, cfg.Duration = 5*time.Second, 4*time.Second
@@ -226,7 +224,7 @@ func TestDHTPlacement(t *testing.T) {
 // coordinates too, and the region service does not heal that split
 // (regions, start-up placement disagreement).
 func TestPlayBots(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Players, cfg.Regions = 12, 4
 		cfg.Warmup, cfg.Duration = 5*time.Second, 10*time.Second

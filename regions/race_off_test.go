@@ -1,5 +1,0 @@
-//go:build !race
-
-package regions
-
-const slowdown = 1
