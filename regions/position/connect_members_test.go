@@ -1,21 +1,16 @@
-//go:build !race
-
-// Off under -race: mocknet inside a testing/synctest bubble crashes the Go
-// runtime's race detector (see game/sim's virtual-time tests).
-
 package position
 
 import (
 	"context"
 	"log/slog"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 	"github.com/overworld-p2p/overworld/regions"
 )
 
@@ -25,7 +20,7 @@ import (
 // after the other would take far longer than the second allowed here.
 // Virtual time makes the links' latency exact.
 func TestConnectMembersWithinTheRendezvousTimeout(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
 		mn := mocknet.New()
 		defer mn.Close()
 		mn.SetLinkDefaults(mocknet.LinkOptions{Latency: 100 * time.Millisecond})
