@@ -73,10 +73,23 @@ func (s *Service) loop() {
 		case <-timer.C:
 			now := time.Now()
 			servicePeriod := !now.Before(serviceAt)
-			for _, c := range s.heldRegions() {
+			held := s.heldRegions()
+			for _, c := range held {
 				at, armed := due[c]
 				if (armed && !now.Before(at)) || (!armed && servicePeriod) {
 					due[c] = s.maintainAt(c, wakeup{}, now)
+				}
+			}
+			if len(due) > len(held) {
+				// Regions let go of keep no timer.
+				keep := make(map[Coord]bool, len(held))
+				for _, c := range held {
+					keep[c] = true
+				}
+				for c := range due {
+					if !keep[c] {
+						delete(due, c)
+					}
 				}
 			}
 			if servicePeriod {
