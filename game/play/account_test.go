@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,17 +62,7 @@ func (inMemoryAccounts) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !ok {
 		return nil, fmt.Errorf("no account server at %s", req.URL.Host)
 	}
-	if err := req.Context().Err(); err != nil {
-		return nil, err
-	}
-	in := req.Clone(req.Context())
-	in.RemoteAddr, in.RequestURI = "127.0.0.1:40000", req.URL.RequestURI()
-	if in.Body == nil {
-		in.Body = http.NoBody
-	}
-	rec := httptest.NewRecorder()
-	h.(http.Handler).ServeHTTP(rec, in)
-	return rec.Result(), nil
+	return vnettest.HandlerTransport{Handler: h.(http.Handler)}.RoundTrip(req)
 }
 
 // TestAccountLoginSaveRestore logs two players in, lets them use the

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -34,7 +33,7 @@ func testLogger() *slog.Logger {
 
 // accountServer is a real account server with its SQLite store in the
 // test's temporary directory, whose HTTP handler the peers' clients call
-// in memory (inMemory): a server on a socket would keep a synctest bubble
+// in memory (vnettest.HandlerTransport): a server on a socket would keep a synctest bubble
 // from ever advancing its clock (a goroutine waiting on the network is
 // not durably blocked), and its lease times would not be the peers'.
 type accountServer struct {
@@ -71,24 +70,6 @@ func newAccountServer(t testing.TB, leaseTTL time.Duration) *accountServer {
 		t.Fatal(err)
 	}
 	return &accountServer{url: "http://accounts.test", handler: srv.Handler(), key: key, pub: pub, rec: rec}
-}
-
-// inMemory serves HTTP requests by calling a handler in the caller's
-// goroutine, as from 127.0.0.1.
-type inMemory struct{ h http.Handler }
-
-func (m inMemory) RoundTrip(req *http.Request) (*http.Response, error) {
-	if err := req.Context().Err(); err != nil {
-		return nil, err
-	}
-	in := req.Clone(req.Context())
-	in.RemoteAddr, in.RequestURI = "127.0.0.1:40000", req.URL.RequestURI()
-	if in.Body == nil {
-		in.Body = http.NoBody
-	}
-	rec := httptest.NewRecorder()
-	m.h.ServeHTTP(rec, in)
-	return rec.Result(), nil
 }
 
 // cuttable sits between one peer's accounts client and the server. Cut,
@@ -193,7 +174,7 @@ func (cl *cluster) add(t *testing.T, name string, withLeases bool) *member {
 	p := cl.Add()
 	n := p.Node
 	log := testLogger().With("peer", name)
-	m := &member{name: name, n: n, link: &cuttable{base: inMemory{cl.as.handler}}}
+	m := &member{name: name, n: n, link: &cuttable{base: vnettest.HandlerTransport{Handler: cl.as.handler}}}
 	p.OnClose(m.close)
 	client := cl.as.login(t, name, n.ID(), m.link)
 	g, err := New(Config{World: world, Accounts: client, PublicKey: cl.as.pub,
