@@ -537,8 +537,11 @@ type natHost struct {
 	nodes    map[string]*node.Node
 	regions  map[string]*regions.Service
 	player   *play.Peer // the players' own (for streams and punch)
-	verdicts map[string]*reachability
-	closers  []func()
+	// relayedTo: the peers the player has had a relayed connection with
+	// (seen as it came up, however briefly).
+	relayedTo sync.Map
+	verdicts  map[string]*reachability
+	closers   []func()
 }
 
 // reachability follows AutoNAT's verdict on one host.
@@ -599,6 +602,11 @@ func (h *natHost) addNode(ctx context.Context, name, dir string, listen []ma.Mul
 
 // runPlayer starts a play.Peer (logged in as user) on n and runs it.
 func (h *natHost) runPlayer(ctx context.Context, n *node.Node, user, accountsURL string, log *slog.Logger) (*play.Peer, error) {
+	n.Host().Network().Notify(&network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
+		if c.Stat().Limited || isCircuit(c.RemoteMultiaddr()) {
+			h.relayedTo.Store(c.RemotePeer(), true)
+		}
+	}})
 	p, err := play.New(ctx, n, play.Config{
 		World: natWorld, Game: natGame(), Name: user, Logger: log.With("player", user), Registerer: prometheus.NewRegistry(),
 		Account: &play.Account{URL: accountsURL, User: user, Password: "the password of " + user, Register: true},
@@ -899,6 +907,13 @@ func (h *natHost) punch(ctx context.Context, to string, addrs []string) natPunch
 			out.note(hst.Network().ConnsToPeer(target))
 			time.Sleep(100 * time.Millisecond)
 		}
+	}
+	// A relayed connection can come and go between two polls once DCUtR
+	// replaces it; and a NAT mapping an earlier punch opened (libp2p dials
+	// from its listening port) can still let this round's dial through
+	// directly. Either way the player did reach the peer over the relay.
+	if _, ok := h.relayedTo.Load(target); ok {
+		out.Relayed = true
 	}
 	out.Conns = conns(hst.Network().ConnsToPeer(target))
 	return out
