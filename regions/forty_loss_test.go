@@ -1,11 +1,16 @@
 package regions
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/overworld-p2p/overworld/node/vnet/vnettest"
 
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
@@ -127,4 +132,72 @@ func (o *observations) forget(obj string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.seen, obj)
+}
+
+// TestDoubleFailureLossAcceptedOnlyWhenTestMade checks the churn test's
+// allowance for losses: the test stops a region's coordinator and then,
+// before a new replica can hold anything, its replica, so the region comes
+// back empty (nobody subscribed, no cache). The stop of the replica is
+// marked as a double failure of the test's making, the client that had
+// read the lost version takes the rejection as that loss, and one without
+// the allowance still reports it as an inconsistency.
+func TestDoubleFailureLossAcceptedOnlyWhenTestMade(t *testing.T) {
+	vnettest.Run(t, func(t *testing.T) {
+		cl := newCluster(t, 8, linkLatency, testConfig(2, 2))
+		cl.settle(t, 30*time.Second)
+		c := Coord{1, 1}
+		co, re := cl.truth(c)
+		var client *member
+		for _, m := range cl.live() {
+			if m.id() != co && m.id() != re {
+				client = m
+				break
+			}
+		}
+		obs := newObservations()
+		doubles := newDoubleFailures()
+		allowed := &incrementer{cl: client.cl, region: c, obj: "food-0", obs: obs, lossOK: func() string { return doubles.cause(c) }}
+		strict := &incrementer{cl: client.cl, region: c, obj: "food-1", obs: obs}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, in := range []*incrementer{allowed, strict} {
+			for in.acked < 3 && in.unknown == 0 {
+				in.step(ctx, t)
+			}
+		}
+		if len(obs.errs) > 0 {
+			t.Fatalf("inconsistencies before any stop: %v", obs.errs)
+		}
+		marked, unmarked := doubles.before(cl, obs, []Coord{c}, co, "stopped")
+		if len(marked)+len(unmarked) != 0 {
+			t.Fatalf("stopping the coordinator of a region with a replica marked %v %v", marked, unmarked)
+		}
+		cl.byID(co).stop()
+		marked, _ = doubles.before(cl, obs, []Coord{c}, re, "stopped")
+		if len(marked) != 1 || doubles.cause(c) == "" {
+			t.Fatalf("stopping the last holder after the coordinator marked %v", marked)
+		}
+		t.Logf("marked: %s", marked[0])
+		cl.byID(re).stop()
+
+		allowed.step(ctx, t)
+		strict.step(ctx, t)
+		if allowed.unknown+strict.unknown > 0 {
+			t.Fatal("increments without an answer after the double failure")
+		}
+		if len(allowed.losses) != 1 || allowed.base != 0 || allowed.ackedSince != 0 {
+			t.Fatalf("the allowed client took no loss: losses %v, base %d, acked since %d", allowed.losses, allowed.base, allowed.ackedSince)
+		}
+		t.Logf("accepted: %s", allowed.losses[0])
+		if len(obs.errs) != 1 || !strings.Contains(obs.errs[0], "food-1: rejection carried version 0") {
+			t.Fatalf("the strict client's loss: %v, want one inconsistency", obs.errs)
+		}
+		// The allowed client goes on from the rebuilt region.
+		for allowed.ackedSince < 2 && allowed.unknown == 0 {
+			allowed.step(ctx, t)
+		}
+		if allowed.version != 2 || allowed.value != 2 {
+			t.Fatalf("after the loss: version %d value %d, want 2 and 2", allowed.version, allowed.value)
+		}
+	})
 }
