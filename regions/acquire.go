@@ -93,6 +93,7 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID, done chan struct{})
 	}
 	s.feedLoop(func() {
 		a := newAcquisition(acqTake, s.h.ID(), c, s.askList(c, nudger), 0, s.acquireTimeout(), s.acqChecks(c), s.log)
+		a.spare = s.spareAsks(c)
 		s.drive(c, sl, a, begun, done, nil)
 	})
 }
@@ -127,6 +128,28 @@ func (s *Service) askList(c Coord, nudger peer.ID) []peer.ID {
 	return asked
 }
 
+// spareAsks are the peers an acquisition of region c asks in place of
+// those of askList that fail to answer: the next acquireAsk closest.
+func (s *Service) spareAsks(c Coord) []peer.ID {
+	self := s.h.ID()
+	var spare []peer.ID
+	skipped := 0
+	for _, p := range s.placement(c) {
+		if p == self {
+			continue
+		}
+		if skipped < acquireAsk {
+			skipped++
+			continue
+		}
+		if len(spare) == acquireAsk {
+			break
+		}
+		spare = append(spare, p)
+	}
+	return spare
+}
+
 // compareCopies runs when this coordinator of region c holds a lease its
 // copy was not compared under (machine.verifiedLease): it asks the peers
 // acquire asks what they hold and, if a copy that checks out is fresher
@@ -153,6 +176,7 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 	sl.acquired = done
 	sl.mu.Unlock()
 	a := newAcquisition(acqCompare, s.h.ID(), c, s.askList(c, ""), lease, s.acquireTimeout(), s.acqChecks(c), s.log)
+	a.spare = s.spareAsks(c)
 	s.drive(c, sl, a, time.Now(), done, func(r acqResult) {
 		sl.mu.Lock()
 		s.feedLease(c, sl)

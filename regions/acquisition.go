@@ -42,7 +42,12 @@ type acquisition struct {
 	result  acqResult
 	expired bool // the deadline passed: nothing more is asked
 
-	asked   []peer.ID
+	asked []peer.ID
+	// spare are the next closest peers after the asked ones: each ask that
+	// fails is replaced by the next of them, so that a peer whose closest
+	// peers just crashed (and linger in its view) still hears from as many
+	// live ones before it decides nobody holds the region.
+	spare   []peer.ID
 	waiting map[peer.ID]bool // asked in this phase, not answered yet
 	infos   map[peer.ID]*pb.InfoReply
 	holders []holder // the peers that answered, in asked order, proven
@@ -247,6 +252,18 @@ func (a *acquisition) start() acqEffects {
 	return acqEffects{askInfo: append([]peer.ID(nil), a.asked...)}
 }
 
+// nextSpare takes the next spare peer not asked yet.
+func (a *acquisition) nextSpare() (peer.ID, bool) {
+	for len(a.spare) > 0 {
+		p := a.spare[0]
+		a.spare = a.spare[1:]
+		if p != a.self && !containsPeer(a.asked, p) {
+			return p, true
+		}
+	}
+	return "", false
+}
+
 // Result is how the acquisition ended (acqRunning: it has not).
 func (a *acquisition) Result() acqResult { return a.result }
 
@@ -269,6 +286,10 @@ func (a *acquisition) Step(in acqInput) acqEffects {
 		delete(a.waiting, in.from)
 		if in.info != nil {
 			a.infos[in.from] = in.info
+		} else if next, ok := a.nextSpare(); ok {
+			a.asked = append(a.asked, next)
+			a.waiting[next] = true
+			return acqEffects{askInfo: []peer.ID{next}}
 		}
 		if len(a.waiting) == 0 {
 			return a.infoDone()

@@ -690,3 +690,32 @@ func FuzzAcquisitionStep(f *testing.F) {
 		}
 	})
 }
+
+// TestAcquisitionAsksSparesForFailedAsks: an ask that fails is replaced by
+// the next spare peer, so a peer whose closest peers just crashed still
+// finds the copy a farther live peer holds instead of rebuilding without
+// it; once the spares run out the round ends with what it heard.
+func TestAcquisitionAsksSparesForFailedAsks(t *testing.T) {
+	a := newTestAcquisition(acqTake, &fakeChecks{}, p1, p2)
+	a.spare = []peer.ID{p2, acqSelf, p3, p4}
+	if eff := a.Start(acqStart); !reflect.DeepEqual(eff.askInfo, []peer.ID{p1, p2}) {
+		t.Fatalf("first asks: %v", eff.askInfo)
+	}
+	// p1 fails: p3 is asked in its place (p2 is asked already, self never).
+	if eff := a.Step(infoReplied(p1, nil)); !reflect.DeepEqual(eff.askInfo, []peer.ID{p3}) {
+		t.Fatalf("after p1 failed: %+v", eff)
+	}
+	if eff := a.Step(infoReplied(p2, nil)); !reflect.DeepEqual(eff.askInfo, []peer.ID{p4}) {
+		t.Fatalf("after p2 failed: %+v", eff)
+	}
+	if eff := a.Step(infoReplied(p3, copyOf(replicaRole, 3, 5))); !reflect.DeepEqual(eff, acqEffects{}) {
+		t.Fatalf("the round ended while p4 was asked: %+v", eff)
+	}
+	// p4 fails with no spare left: the round ends, and p3's copy is taken.
+	if eff := a.Step(infoReplied(p4, nil)); !eff.readOwn {
+		t.Fatalf("the round did not end: %+v", eff)
+	}
+	if eff := a.Step(ownCopy(nil)); eff.askHandoff != p3 {
+		t.Fatalf("p3's copy not asked for: %+v", eff)
+	}
+}
