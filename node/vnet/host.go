@@ -107,6 +107,28 @@ func (h *Host) latencyTo(remote peer.ID) time.Duration {
 // tracked reports whether the bytes of protocol p count apart.
 func (h *Host) tracked(p protocol.ID) bool { return h.tracks != nil && h.tracks(p) }
 
+// send queues a copy of b on out, due after out's latency, and counts it
+// as written (tracked: also in TrackedBytes).
+func (h *Host) send(out *delayLine, b []byte, tracked bool) (int, error) {
+	cp := append([]byte(nil), b...)
+	if err := out.send(pending{data: cp, at: time.Now().Add(out.delay)}); err != nil {
+		return 0, err
+	}
+	h.bytesOut.Add(uint64(len(b)))
+	if tracked {
+		h.trackedOut.Add(uint64(len(b)))
+	}
+	return len(b), nil
+}
+
+// countIn counts n bytes read (tracked: also in TrackedBytes).
+func (h *Host) countIn(n int, tracked bool) {
+	h.bytesIn.Add(uint64(n))
+	if tracked {
+		h.trackedIn.Add(uint64(n))
+	}
+}
+
 // Bytes are the bytes this host wrote and read on its streams so far.
 func (h *Host) Bytes() (out, in uint64) { return h.bytesOut.Load(), h.bytesIn.Load() }
 

@@ -241,10 +241,7 @@ func (s *memStream) Read(b []byte) (int, error) {
 			}
 			s.mu.Unlock()
 			signal(s.consumed)
-			s.h.bytesIn.Add(uint64(n))
-			if s.tracked {
-				s.h.trackedIn.Add(uint64(n))
-			}
+			s.h.countIn(n, s.tracked)
 			return n, nil
 		case s.isReset():
 			s.mu.Unlock()
@@ -277,15 +274,7 @@ func (s *memStream) Write(b []byte) (int, error) {
 	if s.isReset() {
 		return 0, network.ErrReset
 	}
-	cp := append([]byte(nil), b...)
-	if err := s.out.send(pending{data: cp, at: time.Now().Add(s.out.delay)}); err != nil {
-		return 0, err
-	}
-	s.h.bytesOut.Add(uint64(len(b)))
-	if s.tracked {
-		s.h.trackedOut.Add(uint64(len(b)))
-	}
-	return len(b), nil
+	return s.h.send(s.out, b, s.tracked)
 }
 
 // CloseWrite reaches the other end after the data written before it.
@@ -383,23 +372,12 @@ func (s *latencyStream) deliver(b []byte) error {
 }
 
 func (s *latencyStream) Write(b []byte) (int, error) {
-	cp := append([]byte(nil), b...)
-	if err := s.out.send(pending{data: cp, at: time.Now().Add(s.out.delay)}); err != nil {
-		return 0, err
-	}
-	s.h.bytesOut.Add(uint64(len(b)))
-	if s.tracked {
-		s.h.trackedOut.Add(uint64(len(b)))
-	}
-	return len(b), nil
+	return s.h.send(s.out, b, s.tracked)
 }
 
 func (s *latencyStream) Read(b []byte) (int, error) {
 	n, err := s.Stream.Read(b)
-	s.h.bytesIn.Add(uint64(n))
-	if s.tracked {
-		s.h.trackedIn.Add(uint64(n))
-	}
+	s.h.countIn(n, s.tracked)
 	return n, err
 }
 
