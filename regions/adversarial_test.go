@@ -30,6 +30,15 @@ import (
 // settled, with "apple" written to region c and held by its replica.
 func leasedCluster(t *testing.T, n int, c Coord) (*cluster, *testLeases, *member, *member) {
 	t.Helper()
+	cl, book := settledLeasedCluster(t, n)
+	co, re := cl.appleAtReplica(t, c)
+	return cl, book, co, re
+}
+
+// settledLeasedCluster is n region peers of a 2x2 world under the test
+// lease service, settled.
+func settledLeasedCluster(t *testing.T, n int) (*cluster, *testLeases) {
+	t.Helper()
 	cfg := testConfig(2, 2)
 	book := newTestLeases(cfg.World)
 	cl := newCluster(t, 0, time.Millisecond, cfg)
@@ -38,8 +47,7 @@ func leasedCluster(t *testing.T, n int, c Coord) (*cluster, *testLeases, *member
 		cl.add(t, nil)
 	}
 	cl.settle(t, 30*time.Second)
-	co, re := cl.appleAtReplica(t, c)
-	return cl, book, co, re
+	return cl, book
 }
 
 // subscribeAllBut subscribes every live peer but those of skip to region
@@ -198,14 +206,7 @@ func TestAdversarialDeposalByReplica(t *testing.T) {
 	for _, mode := range []string{"liar", "staller"} {
 		t.Run(mode, func(t *testing.T) {
 			vnettest.Run(t, func(t *testing.T) {
-				cfg := testConfig(2, 2)
-				book := newTestLeases(cfg.World)
-				cl := newCluster(t, 0, time.Millisecond, cfg)
-				cl.adjust = book.install
-				for range 4 {
-					cl.add(t, nil)
-				}
-				cl.settle(t, 30*time.Second)
+				cl, book := settledLeasedCluster(t, 4)
 				coID, honestReplica := cl.truth(c)
 				co := cl.byID(coID)
 				key := cl.keyRanked(t, c, 1)

@@ -22,14 +22,7 @@ import (
 func TestAdversarialStalledReplica(t *testing.T) {
 	vnettest.Run(t, func(t *testing.T) {
 		c := Coord{0, 1}
-		cfg := testConfig(2, 2)
-		book := newTestLeases(cfg.World)
-		cl := newCluster(t, 0, time.Millisecond, cfg)
-		cl.adjust = book.install
-		for range 4 {
-			cl.add(t, nil)
-		}
-		cl.settle(t, 30*time.Second)
+		cl, _ := settledLeasedCluster(t, 4)
 		co, re := cl.appleAtReplica(t, c)
 		honest := re.id()
 		stop := make(chan struct{})

@@ -72,14 +72,7 @@ func TestStrayCoordinatorComparesBeforeCommitting(t *testing.T) {
 func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 	vnettest.Run(t, func(t *testing.T) {
 		c := Coord{1, 0}
-		cfg := testConfig(2, 2)
-		book := newTestLeases(cfg.World)
-		cl := newCluster(t, 0, time.Millisecond, cfg)
-		cl.adjust = book.install
-		for range 4 {
-			cl.add(t, nil)
-		}
-		cl.settle(t, 30*time.Second)
+		cl, book := settledLeasedCluster(t, 4)
 		yID, xID := cl.truth(c)
 		x, y := cl.byID(xID), cl.byID(yID)
 		var player *member
