@@ -3,17 +3,14 @@ package vnettest
 import (
 	"testing"
 	"time"
+
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // Patience bounds Eventually's wait. In a synctest bubble it is simulated
 // time and costs nothing while the peers wait; outside one it is only a
 // hang guard.
 const Patience = 2 * time.Minute
-
-// pollEvery is how often Eventually checks: often enough that a test sees
-// a state soon after it holds (in a bubble the polls cost no wall time,
-// only the CPU of cond).
-const pollEvery = 10 * time.Millisecond
 
 // Eventually polls cond until it holds and fails the test if it does not
 // within Patience. what names the awaited state for the failure.
@@ -31,11 +28,5 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 // are real.
 func EventuallyWithin(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(pollEvery)
-	}
+	await.Until(t, within, what, cond)
 }
