@@ -109,9 +109,9 @@ func (h *Host) tracked(p protocol.ID) bool { return h.tracks != nil && h.tracks(
 
 // send queues a copy of b on out, due after out's latency, and counts it
 // as written (tracked: also in TrackedBytes).
-func (h *Host) send(out *delayLine, b []byte, tracked bool) (int, error) {
+func (h *Host) send(out *delayLine, b []byte, tracked bool, dl *deadline) (int, error) {
 	cp := append([]byte(nil), b...)
-	if err := out.send(pending{data: cp, at: time.Now().Add(out.delay)}); err != nil {
+	if err := out.send(pending{data: cp, at: time.Now().Add(out.delay)}, dl); err != nil {
 		return 0, err
 	}
 	h.bytesOut.Add(uint64(len(b)))

@@ -6,7 +6,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"os"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -152,4 +154,81 @@ func TestMemStreamResetAndDisconnect(t *testing.T) {
 	if a.OpenStreams() != 0 || b.OpenStreams() != 0 {
 		t.Errorf("streams still tracked: %d and %d", a.OpenStreams(), b.OpenStreams())
 	}
+}
+
+// TestMemStreamKeepsDeadlines: a read waiting past its deadline fails with
+// os.ErrDeadlineExceeded exactly at the deadline, a later deadline set
+// while a read waits moves the wait, data that arrives in time is read,
+// and a writer blocked on a full link gives up at its write deadline.
+func TestMemStreamKeepsDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const latency = 50 * time.Millisecond
+		a, b, _ := twoHosts(t, latency)
+		inbound := make(chan network.Stream, 1)
+		b.SetStreamHandler(testProto, func(s network.Stream) { inbound <- s })
+		s, err := a.NewStream(context.Background(), b.ID(), testProto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Write([]byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		far := <-inbound
+
+		// Nothing comes back: the read ends at its deadline.
+		start := time.Now()
+		_ = s.SetReadDeadline(start.Add(time.Second))
+		if _, err := s.Read(make([]byte, 8)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read past the deadline: %v", err)
+		}
+		if waited := time.Since(start); waited != time.Second {
+			t.Fatalf("read gave up after %v, want 1s", waited)
+		}
+
+		// A deadline moved while the read waits: the answer, sent 2 s in,
+		// arrives before the new deadline of 3 s and is read.
+		start = time.Now()
+		_ = s.SetReadDeadline(start.Add(time.Second))
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			_ = s.SetReadDeadline(start.Add(3 * time.Second))
+			time.Sleep(1500 * time.Millisecond)
+			_, _ = far.Write([]byte("late"))
+		}()
+		buf := make([]byte, 8)
+		n, err := s.Read(buf)
+		if err != nil || string(buf[:n]) != "late" {
+			t.Fatalf("read %q, %v", buf[:n], err)
+		}
+		if waited := time.Since(start); waited != 2*time.Second+latency {
+			t.Fatalf("answer read after %v, want 2s and the latency", waited)
+		}
+
+		// The zero time clears the deadline.
+		_ = s.SetReadDeadline(time.Time{})
+		go func() {
+			time.Sleep(10 * time.Second)
+			_, _ = far.Write([]byte("x"))
+		}()
+		if n, err := s.Read(buf); err != nil || n != 1 {
+			t.Fatalf("read without a deadline: %d, %v", n, err)
+		}
+
+		// A writer whose reader has gone quiet: once the reader's window
+		// and the link are full, the write waiting for room ends at the
+		// write deadline.
+		start = time.Now()
+		_ = s.SetWriteDeadline(start.Add(time.Minute))
+		chunk := make([]byte, 64<<10)
+		var werr error
+		for i := 0; werr == nil && i < maxUnread/len(chunk)+maxInFlight+2; i++ {
+			_, werr = s.Write(chunk)
+		}
+		if !errors.Is(werr, os.ErrDeadlineExceeded) {
+			t.Fatalf("write on a full link: %v", werr)
+		}
+		if waited := time.Since(start); waited != time.Minute {
+			t.Fatalf("write gave up after %v, want 1m", waited)
+		}
+	})
 }

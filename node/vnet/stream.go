@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,8 @@ type pending struct {
 }
 
 // send queues p and starts the pump if it is not running; it waits while
-// the queue is full.
-func (l *delayLine) send(p pending) error {
+// the queue is full, until the writer's deadline if it set one.
+func (l *delayLine) send(p pending, dl *deadline) error {
 	l.mu.Lock()
 	for len(l.queue) >= maxInFlight && l.err == nil {
 		if l.room == nil {
@@ -54,13 +55,22 @@ func (l *delayLine) send(p pending) error {
 		}
 		room := l.room
 		l.mu.Unlock()
+		if dl.passed() {
+			return os.ErrDeadlineExceeded
+		}
+		changed, expired, stop := dl.wait()
 		select {
 		case <-room:
+		case <-changed:
+		case <-expired:
 		case <-l.done:
+			stop()
 			return network.ErrReset
 		case <-l.stop:
+			stop()
 			return network.ErrReset
 		}
+		stop()
 		l.mu.Lock()
 	}
 	if l.err != nil {
@@ -167,6 +177,10 @@ type memStream struct {
 	done     chan struct{} // closed on reset
 	doneOnce sync.Once
 	closed   atomic.Bool // Close was called
+
+	// Deadlines are kept as on a real stream: code that bounds an
+	// exchange with one must see it time out here too.
+	readDeadline, writeDeadline deadline
 }
 
 var memStreamIDs atomic.Uint64
@@ -231,6 +245,9 @@ func (s *memStream) receiveEOF() {
 
 func (s *memStream) Read(b []byte) (int, error) {
 	for {
+		if s.readDeadline.passed() {
+			return 0, os.ErrDeadlineExceeded
+		}
 		s.mu.Lock()
 		switch {
 		case len(s.buf) > 0:
@@ -254,10 +271,14 @@ func (s *memStream) Read(b []byte) (int, error) {
 			return 0, io.EOF
 		}
 		s.mu.Unlock()
+		changed, expired, stop := s.readDeadline.wait()
 		select {
 		case <-s.readable:
 		case <-s.done:
+		case <-changed:
+		case <-expired:
 		}
+		stop()
 	}
 }
 
@@ -274,13 +295,16 @@ func (s *memStream) Write(b []byte) (int, error) {
 	if s.isReset() {
 		return 0, network.ErrReset
 	}
-	return s.h.send(s.out, b, s.tracked)
+	if s.writeDeadline.passed() {
+		return 0, os.ErrDeadlineExceeded
+	}
+	return s.h.send(s.out, b, s.tracked, &s.writeDeadline)
 }
 
 // CloseWrite reaches the other end after the data written before it.
 func (s *memStream) CloseWrite() error {
 	other := s.other
-	_ = s.out.send(pending{at: time.Now().Add(s.out.delay), finish: other.receiveEOF})
+	_ = s.out.send(pending{at: time.Now().Add(s.out.delay), finish: other.receiveEOF}, &s.writeDeadline)
 	return nil
 }
 
@@ -316,10 +340,63 @@ func (s *memStream) Reset() error {
 
 func (s *memStream) ResetWithError(network.StreamErrorCode) error { return s.Reset() }
 
-// Deadlines are not kept, as on mocknet's streams.
-func (s *memStream) SetDeadline(time.Time) error      { return nil }
-func (s *memStream) SetReadDeadline(time.Time) error  { return nil }
-func (s *memStream) SetWriteDeadline(time.Time) error { return nil }
+func (s *memStream) SetDeadline(t time.Time) error {
+	s.readDeadline.set(t)
+	s.writeDeadline.set(t)
+	return nil
+}
+
+func (s *memStream) SetReadDeadline(t time.Time) error {
+	s.readDeadline.set(t)
+	return nil
+}
+
+func (s *memStream) SetWriteDeadline(t time.Time) error {
+	s.writeDeadline.set(t)
+	return nil
+}
+
+// deadline is one direction's deadline. Setting it wakes the calls that
+// wait under the old one, which then wait again under the new one (the
+// zero time means none), as net.Conn's deadlines behave.
+type deadline struct {
+	mu      sync.Mutex
+	at      time.Time
+	changed chan struct{} // closed by the next set
+}
+
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.at = t
+	if d.changed != nil {
+		close(d.changed)
+		d.changed = nil
+	}
+}
+
+func (d *deadline) passed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.at.IsZero() && !time.Now().Before(d.at)
+}
+
+// wait returns what a blocked call selects on besides its own events:
+// changed is closed by the next set, expired fires when the deadline
+// passes (nil, never ready, when there is none); the caller then looks
+// again. stop releases the timer.
+func (d *deadline) wait() (changed <-chan struct{}, expired <-chan time.Time, stop func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.changed == nil {
+		d.changed = make(chan struct{})
+	}
+	if d.at.IsZero() {
+		return d.changed, nil, func() {}
+	}
+	t := time.NewTimer(time.Until(d.at))
+	return d.changed, t.C, func() { t.Stop() }
+}
 
 func (s *memStream) ID() string { return s.id }
 
@@ -347,6 +424,10 @@ type latencyStream struct {
 	out      *delayLine
 	done     chan struct{}
 	doneOnce sync.Once
+	// writeDeadline bounds a write waiting for room in out. Reads are
+	// mocknet's, which keeps no deadlines; only the host's own streams
+	// (identify) are latencyStreams.
+	writeDeadline deadline
 }
 
 // wrap adds latency to s and tracks it; on a closed host it resets s and
@@ -372,7 +453,10 @@ func (s *latencyStream) deliver(b []byte) error {
 }
 
 func (s *latencyStream) Write(b []byte) (int, error) {
-	return s.h.send(s.out, b, s.tracked)
+	if s.writeDeadline.passed() {
+		return 0, os.ErrDeadlineExceeded
+	}
+	return s.h.send(s.out, b, s.tracked, &s.writeDeadline)
 }
 
 func (s *latencyStream) Read(b []byte) (int, error) {
@@ -387,12 +471,12 @@ func (s *latencyStream) Close() error {
 	_ = s.out.send(pending{at: time.Now().Add(s.out.delay), finish: func() {
 		_ = s.Stream.Close()
 		s.h.untrack(s)
-	}})
+	}}, &s.writeDeadline)
 	return nil
 }
 
 func (s *latencyStream) CloseWrite() error {
-	_ = s.out.send(pending{at: time.Now().Add(s.out.delay), finish: func() { _ = s.Stream.CloseWrite() }})
+	_ = s.out.send(pending{at: time.Now().Add(s.out.delay), finish: func() { _ = s.Stream.CloseWrite() }}, &s.writeDeadline)
 	return nil
 }
 
@@ -401,6 +485,16 @@ func (s *latencyStream) Reset() error {
 	s.doneOnce.Do(func() { close(s.done) })
 	s.h.untrack(s)
 	return s.Stream.Reset()
+}
+
+func (s *latencyStream) SetDeadline(t time.Time) error {
+	s.writeDeadline.set(t)
+	return s.Stream.SetDeadline(t)
+}
+
+func (s *latencyStream) SetWriteDeadline(t time.Time) error {
+	s.writeDeadline.set(t)
+	return s.Stream.SetWriteDeadline(t)
 }
 
 func (s *latencyStream) ResetWithError(code network.StreamErrorCode) error {
