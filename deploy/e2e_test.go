@@ -427,9 +427,16 @@ func (n *network) checkPlaying(players int) {
 		return body
 	}
 	bootstrap, accounts := n.running[0], n.running[1]
-	waitFor(n.t, accounts, 60*time.Second, fmt.Sprintf("%d accounts registered", players), func() bool {
-		return metricSum(metricsOf(accounts), "overworld_accounts_registrations_total", `result="ok"`) >= float64(players)
-	})
+	// The account server logs each registration after counting it: wait
+	// for the lines, then the count on /metrics must show them all.
+	registered := regexp.MustCompile(fmt.Sprintf(`(?s)(?:msg="account registered".*){%d}`, players))
+	if _, err := accounts.out.MatchErr(60*time.Second, registered); err != nil {
+		n.t.Fatalf("%s: %v:\n%s", accounts.name, err, accounts.tail())
+	}
+	if got := metricSum(metricsOf(accounts), "overworld_accounts_registrations_total", `result="ok"`); got < float64(players) {
+		n.t.Fatalf("%s logged %d registrations, its /metrics counts %v", accounts.name, players, got)
+	}
+	n.t.Logf("%s: %d accounts registered", accounts.name, players)
 	for _, p := range append([]*process{bootstrap}, n.running[3:]...) {
 		waitFor(n.t, p, 60*time.Second, "peers in its DHT routing table (joined the overlay)", func() bool {
 			return metricSum(metricsOf(p), "overworld_node_dht_routing_table_peers", "") >= 1
