@@ -904,8 +904,8 @@ func (h *natHost) punch(ctx context.Context, to string, addrs []string) natPunch
 		// and one the players made while starting (rendezvous) may predate
 		// bob's hole punching service, which waits for a public address
 		// first (see HolePunching in the status).
-		_ = hst.Network().ClosePeer(target)
 		fmt.Fprintf(&h.connLog, "\npunch round %d\n", round)
+		_ = hst.Network().ClosePeer(target)
 		cctx, cancel := context.WithTimeout(network.WithAllowLimitedConn(ctx, "test punch"), 30*time.Second)
 		err := hst.Connect(cctx, peer.AddrInfo{ID: target, Addrs: parseAddrs(addrs)})
 		cancel()
