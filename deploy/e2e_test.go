@@ -28,6 +28,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, as the stores use
+
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // TestKubernetesCommandLinesRun runs the command lines of the Kubernetes
@@ -174,7 +176,7 @@ func TestKubernetesCommandLinesRun(t *testing.T) {
 		maps.Copy(rep, replace)
 		args := localArgs(t, c.Args, env, database, rep, p2pPort, serviceURL)
 		p := n.start(pod, args, env)
-		if database != nil && slices.Contains(args, "-db") && !strings.Contains(readFile(t, p.log), "store: postgres") {
+		if database != nil && slices.Contains(args, "-db") && !strings.Contains(p.out.String(), "store: postgres") {
 			t.Errorf("%s does not say it uses PostgreSQL:\n%s", pod, p.tail())
 		}
 		return p
@@ -283,12 +285,12 @@ func TestComposeCommandLinesRun(t *testing.T) {
 		}, p2pPort, regexp.MustCompile(`://(accounts|master|bootstrap|postgres):`))
 		return n.start(name, args, senv)
 	}
-	// logged is what `docker compose logs` shows the operator.
+	// logged waits for what `docker compose logs` shows the operator.
 	logged := func(p *process, re string) string {
 		t.Helper()
-		m := regexp.MustCompile(re).FindStringSubmatch(readFile(t, p.log))
-		if m == nil {
-			t.Fatalf("%s printed nothing like %q:\n%s", p.name, re, p.tail())
+		m, err := p.out.MatchErr(60*time.Second, regexp.MustCompile(re))
+		if err != nil {
+			t.Fatalf("%s: %v:\n%s", p.name, err, p.tail())
 		}
 		return m[1]
 	}
@@ -400,10 +402,11 @@ func newNetwork(t *testing.T, bin, dir string) *network {
 	return n
 }
 
-// start runs one process and waits for its /readyz.
+// start runs one process and waits for its /readyz (which is what the
+// manifests' probes ask; the processes log no line when they get ready).
 func (n *network) start(name string, args []string, env map[string]string) *process {
 	n.t.Helper()
-	p := startProcess(n.t, n.bin, args, env, filepath.Join(n.dir, name+".log"))
+	p := startProcess(n.t, n.bin, args, env, n.dir)
 	p.name = name
 	n.running = append(n.running, p)
 	waitFor(n.t, p, 90*time.Second, "ready", func() bool {
@@ -424,9 +427,16 @@ func (n *network) checkPlaying(players int) {
 		return body
 	}
 	bootstrap, accounts := n.running[0], n.running[1]
-	waitFor(n.t, accounts, 60*time.Second, fmt.Sprintf("%d accounts registered", players), func() bool {
-		return metricSum(metricsOf(accounts), "overworld_accounts_registrations_total", `result="ok"`) >= float64(players)
-	})
+	// The account server logs each registration after counting it: wait
+	// for the lines, then the count on /metrics must show them all.
+	registered := regexp.MustCompile(fmt.Sprintf(`(?s)(?:msg="account registered".*){%d}`, players))
+	if _, err := accounts.out.MatchErr(60*time.Second, registered); err != nil {
+		n.t.Fatalf("%s: %v:\n%s", accounts.name, err, accounts.tail())
+	}
+	if got := metricSum(metricsOf(accounts), "overworld_accounts_registrations_total", `result="ok"`); got < float64(players) {
+		n.t.Fatalf("%s logged %d registrations, its /metrics counts %v", accounts.name, players, got)
+	}
+	n.t.Logf("%s: %d accounts registered", accounts.name, players)
 	for _, p := range append([]*process{bootstrap}, n.running[3:]...) {
 		waitFor(n.t, p, 60*time.Second, "peers in its DHT routing table (joined the overlay)", func() bool {
 			return metricSum(metricsOf(p), "overworld_node_dht_routing_table_peers", "") >= 1
@@ -522,28 +532,25 @@ type process struct {
 	name string
 	args []string
 	cmd  *exec.Cmd
-	log  string
+	out  *await.Output // stdout and stderr: what the container's log would show
 	done chan error
 }
 
-func startProcess(t *testing.T, bin string, args []string, env map[string]string, logFile string) *process {
+// startProcess runs bin with args and only env (HOME is home).
+func startProcess(t *testing.T, bin string, args []string, env map[string]string, home string) *process {
 	t.Helper()
-	f, err := os.Create(logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	out := &await.Output{}
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Stdout, cmd.Stderr = out, out
 	// Only the pod's environment, as in a container (plus HOME for Go).
-	cmd.Env = []string{"HOME=" + filepath.Dir(logFile), "PATH=/usr/bin:/bin"}
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{args: args, cmd: cmd, log: logFile, done: make(chan error, 1)}
+	p := &process{args: args, cmd: cmd, out: out, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait() }()
 	return p
 }
@@ -592,23 +599,21 @@ func (p *process) exited() bool {
 }
 
 func (p *process) tail() string {
-	b, _ := os.ReadFile(p.log)
-	lines := strings.Split(string(b), "\n")
+	lines := strings.Split(p.out.String(), "\n")
 	return strings.Join(lines[max(0, len(lines)-25):], "\n")
 }
 
-// waitFor polls cond until it holds, the process dies or the deadline passes.
+// waitFor waits until cond holds, failing if the process dies first or
+// the bound passes. The states it waits for show only on a process's
+// /readyz or /metrics, so cond checks them (await.Until's growing
+// interval), and a process that exits ends the wait at once.
 func waitFor(t *testing.T, p *process, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if p.exited() {
-			t.Fatalf("%s exited while waiting for %s:\n%s", p.name, what, p.tail())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %s within %s:\n%s", p.name, what, d, p.tail())
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := await.UntilErr(d, p.name+": "+what, func() bool { return p.exited() || cond() }); err != nil {
+		t.Fatalf("%v:\n%s", err, p.tail())
+	}
+	if p.exited() {
+		t.Fatalf("%s exited while waiting for %s:\n%s", p.name, what, p.tail())
 	}
 	t.Logf("%s: %s", p.name, what)
 }

@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestDemoAggregateFlag runs `overworld demo -aggregate` until it prints
@@ -14,27 +14,10 @@ import (
 func TestDemoAggregateFlag(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- dispatch(ctx, []string{"demo", "-aggregate", "-bots", "2", "-no-accounts", "-http", "127.0.0.1:0"}, &out, io.Discard)
-	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(out.String(), "open http://") {
-		select {
-		case err := <-done:
-			t.Fatalf("demo -aggregate returned %v; output:\n%s", err, out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("demo -aggregate printed no page; output:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	demo := startCommand(ctx, "demo", "-aggregate", "-bots", "2", "-no-accounts", "-http", "127.0.0.1:0")
+	demo.match(t, regexp.MustCompile(`open http://`))
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("demo -aggregate returned %v", err)
-	}
+	demo.stopped(t)
 }
 
 // -aggregate is position multicast's: with mirror mode it is refused, not

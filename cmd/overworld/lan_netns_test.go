@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overworld-p2p/overworld/node/await"
 	"github.com/overworld-p2p/overworld/node/netnstest"
 )
 
@@ -71,18 +72,20 @@ func playLAN(t *testing.T, protocol string) {
 		}
 		return out
 	}
+	// poll waits for a state of the whole game: each player prints its
+	// view on a STATUS line every 200 ms, and what is awaited is a relation
+	// between the latest lines of all of them (with a quiet window), which
+	// no single line announces; cond reads the lines already parsed.
 	poll := func(limit time.Duration, what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(limit); !cond(); time.Sleep(100 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				for i, p := range procs {
-					if p != nil {
-						st, _ := p.status()
-						t.Logf("player %d (dead %v): %+v; output:\n%s", i+1, p.dead, st, p.tail())
-					}
+		if err := await.UntilErr(limit, what, cond); err != nil {
+			for i, p := range procs {
+				if p != nil {
+					st, _ := p.status()
+					t.Logf("player %d (dead %v): %+v; output:\n%s", i+1, p.dead, st, p.tail())
 				}
-				t.Fatalf("%s: not within %v", what, limit)
 			}
+			t.Fatal(err)
 		}
 	}
 	// settled: every live player has the same holder and epoch, the game

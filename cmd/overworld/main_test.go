@@ -6,10 +6,9 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 )
 
 func TestHelpForEverySubcommand(t *testing.T) {
@@ -68,43 +67,14 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers and pollers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestDevnetCommandJoinsAllPeers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- dispatch(ctx, []string{"devnet", "-peers", "4", "-report", "100ms", "-data-dir", t.TempDir()}, &out, io.Discard)
-	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(out.String(), "all 4 peers joined") || !strings.Contains(out.String(), "dht table sizes: bootstrap=4") {
-		if time.Now().After(deadline) {
-			t.Fatalf("devnet did not report all peers joined with full tables; output:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	devnet := startCommand(ctx, "devnet", "-peers", "4", "-report", "100ms", "-data-dir", t.TempDir())
+	devnet.match(t, regexp.MustCompile(`all 4 peers joined`))
+	devnet.match(t, regexp.MustCompile(`dht table sizes: bootstrap=4`))
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("devnet returned %v", err)
-	}
+	devnet.stopped(t)
 }
 
 func TestPeerCommandRejectsBadBootstrap(t *testing.T) {

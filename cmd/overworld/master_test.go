@@ -21,6 +21,7 @@ import (
 	"github.com/overworld-p2p/overworld/bootstrap/master/finder"
 	"github.com/overworld-p2p/overworld/bootstrap/master/probe"
 	"github.com/overworld-p2p/overworld/bootstrap/master/probe/probetest"
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // TestMasterAndFindAsAUser runs `overworld master` and `overworld find` as
@@ -36,29 +37,9 @@ func TestMasterAndFindAsAUser(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("# operators\n"+token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var masterOut syncBuffer
-	masterDone := make(chan error, 1)
-	go func() {
-		masterDone <- dispatch(ctx, []string{"master", "-listen", "127.0.0.1:0", "-data-dir", dir, "-operator-token-file", tokenFile,
-			"-interval", "200ms", "-log-level", "error"}, &masterOut, io.Discard)
-	}()
-	addrLine := regexp.MustCompile(`master server on (http://127\.0\.0\.1:\d+)`)
-	var url string
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if m := addrLine.FindStringSubmatch(masterOut.String()); m != nil {
-			url = m[1]
-			break
-		}
-		select {
-		case err := <-masterDone:
-			t.Fatalf("master exited early: %v; output:\n%s", err, masterOut.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("master never printed its address; output:\n%s", masterOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	masterCmd := startCommand(ctx, "master", "-listen", "127.0.0.1:0", "-data-dir", dir, "-operator-token-file", tokenFile,
+		"-interval", "200ms", "-log-level", "error")
+	url := masterCmd.match(t, regexp.MustCompile(`master server on (http://127\.0\.0\.1:\d+)`))[1]
 
 	// The game's authority and its mirrors' probe responders.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -90,7 +71,9 @@ func TestMasterAndFindAsAUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := master.NewRegistrar(master.RegistrarConfig{Master: url, Token: token, Logger: quiet,
+	// The registrar logs when the master has taken the game in.
+	var regLog await.Output
+	reg, err := master.NewRegistrar(master.RegistrarConfig{Master: url, Token: token, Logger: slog.New(slog.NewTextHandler(&regLog, nil)),
 		Game:      master.GameInfo{ID: "cmd-game", World: "meadow", Mode: "ffa", Players: 3, Capacity: 16, Mirrors: mirrors},
 		StatusURL: "http://" + statusLn.Addr().String() + "/v1/status", StatusListener: statusLn})
 	if err != nil {
@@ -99,16 +82,7 @@ func TestMasterAndFindAsAUser(t *testing.T) {
 	regCtx, stopReg := context.WithCancel(ctx)
 	regDone := make(chan error, 1)
 	go func() { regDone <- reg.Run(regCtx) }()
-	c, _ := master.NewClient(url, nil)
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if _, err := c.Game(ctx, "cmd-game"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the game never showed up at the master")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	regLog.Match(t, 60*time.Second, regexp.MustCompile(`msg="game registered"`))
 
 	var js bytes.Buffer
 	if err := dispatch(ctx, []string{"find", "-master", url, "-world", "meadow", "-has-space", "-json", "-silence", "20s"}, &js, io.Discard); err != nil {
@@ -143,14 +117,7 @@ func TestMasterAndFindAsAUser(t *testing.T) {
 	}
 
 	cancel()
-	select {
-	case err := <-masterDone:
-		if err != nil {
-			t.Fatalf("master returned %v on shutdown", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("master did not stop after its context ended")
-	}
+	masterCmd.stopped(t)
 }
 
 func TestMasterRefusesToRunWithoutAToken(t *testing.T) {

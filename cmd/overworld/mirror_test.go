@@ -12,25 +12,33 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 
+	"github.com/overworld-p2p/overworld/node/await"
 	"github.com/overworld-p2p/overworld/node/mirror"
 )
 
-// waitForLine waits until out shows re, or done says the command ended.
-func waitForLine(t *testing.T, what string, out *syncBuffer, re *regexp.Regexp, done <-chan error) []string {
+// fetch GETs url: its status and body.
+func fetch(t testing.TB, url string) (int, string) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("%s exited early: %v; output:\n%s", what, err, out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never printed %v; output:\n%s", what, re, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// awaitReady waits for the mirror at addr to answer /readyz with 200. A
+// mirror says nothing when it gets ready; only /readyz shows it.
+func awaitReady(t testing.TB, addr string) {
+	t.Helper()
+	var body string
+	if err := await.UntilErr(30*time.Second, "the mirror's /readyz", func() bool {
+		var code int
+		code, body = fetch(t, "http://"+addr+"/readyz")
+		return code == http.StatusOK
+	}); err != nil {
+		t.Fatalf("%v: %s", err, body)
 	}
 }
 
@@ -45,12 +53,8 @@ func TestMirrorCommandAsAnOperator(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := t.TempDir()
-	var acctOut syncBuffer
-	acctDone := make(chan error, 1)
-	go func() {
-		acctDone <- dispatch(ctx, []string{"accounts", "-listen", "127.0.0.1:0", "-data-dir", filepath.Join(dir, "accounts"), "-log-level", "error"}, &acctOut, io.Discard)
-	}()
-	acctURL := waitForLine(t, "accounts", &acctOut, regexp.MustCompile(`account server on (http://127\.0\.0\.1:\d+)`), acctDone)[1]
+	accountsCmd := startCommand(ctx, "accounts", "-listen", "127.0.0.1:0", "-data-dir", filepath.Join(dir, "accounts"), "-log-level", "error")
+	acctURL := accountsCmd.match(t, regexp.MustCompile(`account server on (http://127\.0\.0\.1:\d+)`))[1]
 
 	err := dispatch(ctx, []string{"mirror", "-account", acctURL, "-crimp", "memory"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "-authority-public-key is required") {
@@ -59,38 +63,16 @@ func TestMirrorCommandAsAnOperator(t *testing.T) {
 
 	mctx, stopMirror := context.WithCancel(ctx)
 	defer stopMirror()
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- dispatch(mctx, []string{"mirror", "-authority", "-crimp", "memory", "-account", acctURL, "-listen", "127.0.0.1:0",
-			"-state-listen", "127.0.0.1:0", "-data-dir", filepath.Join(dir, "mirror"), "-world-size", "3x3", "-log-level", "error"}, &out, io.Discard)
-	}()
-	addr := waitForLine(t, "mirror", &out, regexp.MustCompile(`mirror serving clients on ws://(127\.0\.0\.1:\d+)/ws`), done)[1]
-	if !regexp.MustCompile(`authority public key .*: \S+`).MatchString(out.String()) {
-		t.Fatalf("the authority did not print its public key:\n%s", out.String())
+	mirrorCmd := startCommand(mctx, "mirror", "-authority", "-crimp", "memory", "-account", acctURL, "-listen", "127.0.0.1:0",
+		"-state-listen", "127.0.0.1:0", "-data-dir", filepath.Join(dir, "mirror"), "-world-size", "3x3", "-log-level", "error")
+	addr := mirrorCmd.match(t, regexp.MustCompile(`mirror serving clients on ws://(127\.0\.0\.1:\d+)/ws`))[1]
+	if !regexp.MustCompile(`authority public key .*: \S+`).MatchString(mirrorCmd.out.String()) {
+		t.Fatalf("the authority did not print its public key:\n%s", mirrorCmd.out.String())
 	}
 	if _, err := loadOrCreateAuthorityKey(filepath.Join(dir, "mirror", "mirror-authority.pem")); err != nil {
 		t.Fatalf("the authority key file: %v", err)
 	}
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if code, _ := get("/readyz"); code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			_, body := get("/readyz")
-			t.Fatalf("never ready: %s", body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitReady(t, addr)
 
 	key, _, err := crypto.GenerateEd25519Key(nil)
 	if err != nil {
@@ -108,13 +90,11 @@ func TestMirrorCommandAsAnOperator(t *testing.T) {
 	botCtx, stopBot := context.WithCancel(ctx)
 	botDone := make(chan error, 1)
 	go func() { botDone <- mirror.RunBot(botCtx, cl, 7) }()
-	for deadline := time.Now().Add(30 * time.Second); cl.View().Updates < 60; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the bot got %d updates in 30 s", cl.View().Updates)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The client counts what it receives and announces nothing.
+	if err := await.UntilErr(30*time.Second, "60 updates to the bot", func() bool { return cl.View().Updates >= 60 }); err != nil {
+		t.Fatalf("%v: it got %d", err, cl.View().Updates)
 	}
-	if _, metrics := get("/metrics"); !strings.Contains(metrics, "mirror_updates_sent_total") {
+	if _, metrics := fetch(t, "http://"+addr+"/metrics"); !strings.Contains(metrics, "mirror_updates_sent_total") {
 		t.Fatalf("/metrics lacks the mirror's counters:\n%.2000s", metrics)
 	}
 	before, err := acct.LoadCharacter(ctx)
@@ -123,14 +103,7 @@ func TestMirrorCommandAsAnOperator(t *testing.T) {
 	}
 
 	stopMirror() // SIGTERM: the player leaves and is saved
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("mirror returned %v on shutdown", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("mirror did not stop")
-	}
+	mirrorCmd.stopped(t)
 	stopBot()
 	<-botDone
 	after, err := acct.LoadCharacter(ctx)

@@ -13,7 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +37,7 @@ import (
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/await"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/guard"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
@@ -258,24 +261,28 @@ func TestNATPlayerNetns(t *testing.T) {
 	// runs the DHT as a client.
 	st := map[string]natStatus{}
 	for _, name := range names {
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			var s natStatus
-			if err := players[name].call(natCommand{Op: "status"}, &s, time.Minute); err != nil {
-				t.Fatalf("%s: %v", name, err)
+		// These states come from several parts of libp2p (AutoNAT, the
+		// relay client, the DHT's mode, the hole punching service); the
+		// role's status answer is the one place that shows them together.
+		var s natStatus
+		var callErr error
+		err := await.UntilErr(2*time.Minute, name+" private, a DHT client, with a relay address and hole punching", func() bool {
+			s = natStatus{}
+			if callErr = players[name].call(natCommand{Op: "status"}, &s, time.Minute); callErr != nil {
+				return true
 			}
-			st[name] = s
 			// Hole punching starts on a relayed connection only once the
 			// service knows a public address of its own (observed by a
 			// peer); a relayed connection older than that stays relayed.
-			if !s.ServesDHT[name] && s.BehindNAT[name] && s.Reachability[name] == "private" && hasCircuit(s.Addrs[name]) && s.HolePunching[name] {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s after 2 min: serves DHT %v, behind NAT %v, reachability %s, hole punching %v, addrs %v", name, s.ServesDHT[name], s.BehindNAT[name], s.Reachability[name], s.HolePunching[name], s.Addrs[name])
-			}
-			time.Sleep(500 * time.Millisecond)
+			return !s.ServesDHT[name] && s.BehindNAT[name] && s.Reachability[name] == "private" && hasCircuit(s.Addrs[name]) && s.HolePunching[name]
+		})
+		if callErr != nil {
+			t.Fatalf("%s: %v", name, callErr)
 		}
+		if err != nil {
+			t.Fatalf("%v: serves DHT %v, behind NAT %v, reachability %s, hole punching %v, addrs %v", err, s.ServesDHT[name], s.BehindNAT[name], s.Reachability[name], s.HolePunching[name], s.Addrs[name])
+		}
+		st[name] = s
 		t.Logf("%s %s: private, DHT client, relay addresses %v", name, st[name].IDs[name], circuits(st[name].Addrs[name]))
 	}
 	bob := st["bob"].IDs["bob"]
@@ -394,12 +401,12 @@ type natProc struct {
 	stdin   io.WriteCloser
 	replies chan string
 	exited  chan error
-	log     *syncBuffer
+	log     *await.Output
 	mu      sync.Mutex
 }
 
 func startNATProc(cmd *exec.Cmd, name string) (*natProc, error) {
-	p := &natProc{name: name, cmd: cmd, replies: make(chan string, 4), exited: make(chan error, 1), log: &syncBuffer{}}
+	p := &natProc{name: name, cmd: cmd, replies: make(chan string, 4), exited: make(chan error, 1), log: &await.Output{}}
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
@@ -537,11 +544,12 @@ type natHost struct {
 	nodes    map[string]*node.Node
 	regions  map[string]*regions.Service
 	player   *play.Peer // the players' own (for streams and punch)
-	// relayedTo: the peers the player has had a relayed connection with
-	// (seen as it came up, however briefly).
-	relayedTo sync.Map
-	verdicts  map[string]*reachability
-	closers   []func()
+	// connLog has a line "connected <peer> relayed|direct" for every
+	// connection of the player's node as it comes up (however briefly it
+	// lasts), and the rounds of punch: what punch waits for and checks.
+	connLog  await.Output
+	verdicts map[string]*reachability
+	closers  []func()
 }
 
 // reachability follows AutoNAT's verdict on one host.
@@ -603,9 +611,11 @@ func (h *natHost) addNode(ctx context.Context, name, dir string, listen []ma.Mul
 // runPlayer starts a play.Peer (logged in as user) on n and runs it.
 func (h *natHost) runPlayer(ctx context.Context, n *node.Node, user, accountsURL string, log *slog.Logger) (*play.Peer, error) {
 	n.Host().Network().Notify(&network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
+		kind := "direct"
 		if c.Stat().Limited || isCircuit(c.RemoteMultiaddr()) {
-			h.relayedTo.Store(c.RemotePeer(), true)
+			kind = "relayed"
 		}
+		fmt.Fprintf(&h.connLog, "connected %s %s\n", c.RemotePeer(), kind)
 	}})
 	p, err := play.New(ctx, n, play.Config{
 		World: natWorld, Game: natGame(), Name: user, Logger: log.With("player", user), Registerer: prometheus.NewRegistry(),
@@ -815,16 +825,16 @@ func (h *natHost) streams(ctx context.Context, to string, addrs []string) (natSt
 	// Whisper, through the game's own call: bob acknowledges only after his
 	// admission fetched carol's token, over the same relay.
 	res.Results["whisper"] = errText(func() error {
+		// Bob's admission of carol shows only in his answer: try until
+		// he acknowledges or the streams' time is up.
 		var last error
-		for ctx.Err() == nil {
+		deadline, _ := ctx.Deadline()
+		_ = await.UntilErr(time.Until(deadline), "bob acknowledging a whisper", func() bool {
 			wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+			defer wcancel()
 			last = h.player.Whisper(wctx, to, "hello over the relay")
-			wcancel()
-			if last == nil {
-				return nil
-			}
-			time.Sleep(time.Second)
-		}
+			return last == nil
+		})
 		return last
 	}())
 
@@ -894,6 +904,7 @@ func (h *natHost) punch(ctx context.Context, to string, addrs []string) natPunch
 		// and one the players made while starting (rendezvous) may predate
 		// bob's hole punching service, which waits for a public address
 		// first (see HolePunching in the status).
+		fmt.Fprintf(&h.connLog, "\npunch round %d\n", round)
 		_ = hst.Network().ClosePeer(target)
 		cctx, cancel := context.WithTimeout(network.WithAllowLimitedConn(ctx, "test punch"), 30*time.Second)
 		err := hst.Connect(cctx, peer.AddrInfo{ID: target, Addrs: parseAddrs(addrs)})
@@ -902,19 +913,18 @@ func (h *natHost) punch(ctx context.Context, to string, addrs []string) natPunch
 			out.Err = err.Error()
 			return out
 		}
-		deadline := time.Now().Add(40 * time.Second)
-		for time.Now().Before(deadline) && !out.Direct {
-			out.note(hst.Network().ConnsToPeer(target))
-			time.Sleep(100 * time.Millisecond)
+		// Wait for the direct connection hole punching opens, announced
+		// by the node as it comes up; only one from this round counts.
+		direct := regexp.MustCompile(`(?s)\npunch round ` + strconv.Itoa(round) + `\n.*connected ` + regexp.QuoteMeta(target.String()) + ` direct`)
+		if _, err := h.connLog.MatchErr(40*time.Second, direct); err == nil {
+			out.Direct = true
 		}
 	}
-	// A relayed connection can come and go between two polls once DCUtR
-	// replaces it; and a NAT mapping an earlier punch opened (libp2p dials
-	// from its listening port) can still let this round's dial through
-	// directly. Either way the player did reach the peer over the relay.
-	if _, ok := h.relayedTo.Load(target); ok {
-		out.Relayed = true
-	}
+	// A relayed connection can be replaced by DCUtR's direct one at once;
+	// and a NAT mapping an earlier punch opened (libp2p dials from its
+	// listening port) can still let this round's dial through directly.
+	// Either way the player did reach the peer over the relay.
+	out.Relayed = strings.Contains(h.connLog.String(), "connected "+target.String()+" relayed")
 	out.Conns = conns(hst.Network().ConnsToPeer(target))
 	return out
 }
@@ -931,16 +941,13 @@ func (h *natHost) reach(ctx context.Context, to string, addrs []string) natPunch
 	}
 	_ = hst.Network().ClosePeer(target)
 	hst.Peerstore().AddAddrs(target, parseAddrs(addrs), peerstore.TempAddrTTL)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	// The whisper's acknowledgement is the only sign bob was reached.
+	_ = await.UntilErr(60*time.Second, "bob acknowledging a whisper", func() bool {
 		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
 		err = h.player.Whisper(wctx, to, "hello from the public side")
-		cancel()
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Second)
-	}
+		return err == nil
+	})
 	if err != nil {
 		out.Err = err.Error()
 	}

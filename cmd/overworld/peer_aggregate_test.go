@@ -18,6 +18,7 @@ import (
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/await"
 	"github.com/overworld-p2p/overworld/node/devnet"
 	"github.com/overworld-p2p/overworld/regions"
 	"github.com/overworld-p2p/overworld/regions/position"
@@ -58,15 +59,15 @@ func TestHeadlessPeerAggregates(t *testing.T) {
 	}
 	defer d.Close()
 	const world, size = "batches", "2x2"
-	peerOut, peerDone := runCommand(t, "peer", "-bootstrap", d.Bootstrap.Addrs()[0].String(),
+	peerCmd := runCommand(t, "peer", "-bootstrap", d.Bootstrap.Addrs()[0].String(),
 		"-listen", "/ip4/127.0.0.1/tcp/0", "-data-dir", t.TempDir(),
 		"-world", world, "-world-size", size, "-metrics", "127.0.0.1:0", "-log-level", "error")
-	headlessID, err := peer.Decode(waitOutput(t, peerOut, regexp.MustCompile(`peer (\S+) started`), peerDone, time.Minute)[1])
+	headlessID, err := peer.Decode(peerCmd.match(t, regexp.MustCompile(`peer (\S+) started`))[1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	metricsURL := waitOutput(t, peerOut, regexp.MustCompile(`metrics on (\S+)`), peerDone, time.Minute)[1]
-	waitOutput(t, peerOut, regexp.MustCompile(`joined the overlay`), peerDone, time.Minute)
+	metricsURL := peerCmd.match(t, regexp.MustCompile(`metrics on (\S+)`))[1]
+	peerCmd.match(t, regexp.MustCompile(`joined the overlay`))
 
 	g := game.DefaultConfig()
 	g.RegionsX, g.RegionsY = 2, 2
@@ -117,9 +118,11 @@ func TestHeadlessPeerAggregates(t *testing.T) {
 		wg.Go(func() { _ = rs.Positions.Run(runCtx) })
 	}
 
+	// The players' routing shows in their own stats, the headless peer's
+	// batches only on its /metrics. One bound for both waits.
 	deadline := time.Now().Add(90 * time.Second)
-	var base [2]uint64
-	for {
+	var base [2]uint64 // what each player had heard before it sent to the headless peer alone
+	if err := await.UntilErr(time.Until(deadline), "both players sending to the headless peer and it publishing batches", func() bool {
 		ready := true
 		for i, p := range players {
 			coord, _ := p.rs.Regions.Coordinator(home)
@@ -128,33 +131,23 @@ func TestHeadlessPeerAggregates(t *testing.T) {
 				ready, base[i] = false, st.Delivered
 			}
 		}
-		if ready && metricValue(t, metricsURL, "overworld_position_batches_published_total") > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			coord, _ := players[0].rs.Regions.Coordinator(home)
-			t.Fatalf("after 90s: coordinator %s (want the headless peer %s), player stats %+v, headless batches %v", coord, headlessID,
-				players[0].rs.Positions.Stats(), metricValue(t, metricsURL, "overworld_position_batches_published_total"))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ready && metricValue(t, metricsURL, "overworld_position_batches_published_total") > 0
+	}); err != nil {
+		coord, _ := players[0].rs.Regions.Coordinator(home)
+		t.Fatalf("%v: coordinator %s (want the headless peer %s), player stats %+v, headless batches %v", err, coord, headlessID,
+			players[0].rs.Positions.Stats(), metricValue(t, metricsURL, "overworld_position_batches_published_total"))
 	}
 	// From here on the players send to the headless peer alone, and hear
 	// each other: in its batches.
-	for {
-		heard := true
+	if err := await.UntilErr(time.Until(deadline), "the players hearing each other through the headless peer", func() bool {
 		for i, p := range players {
 			if p.rs.Positions.Stats().Delivered < base[i]+5 {
-				heard = false
+				return false
 			}
 		}
-		if heard {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 90s: the players did not hear each other through the headless peer: %+v, %+v",
-				players[0].rs.Positions.Stats(), players[1].rs.Positions.Stats())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return true
+	}); err != nil {
+		t.Fatalf("%v: %+v, %+v", err, players[0].rs.Positions.Stats(), players[1].rs.Positions.Stats())
 	}
 	for i, p := range players {
 		if st := p.rs.Positions.Stats(); st.PublishingDirect || st.SentUplink == 0 {

@@ -3,7 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"io"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,52 +20,10 @@ import (
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/node"
+	"github.com/overworld-p2p/overworld/node/await"
 	"github.com/overworld-p2p/overworld/node/devnet"
 	"github.com/overworld-p2p/overworld/regions"
 )
-
-// waitOutput polls out until re matches, failing if done reports first or
-// the deadline passes; it returns the submatches.
-func waitOutput(t *testing.T, out *syncBuffer, re *regexp.Regexp, done <-chan error, within time.Duration) []string {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("command exited early: %v; output:\n%s", err, out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q after %s; output:\n%s", re, within, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// runCommand runs an overworld subcommand in this process until the test
-// ends; the returned buffer holds what it prints.
-func runCommand(t *testing.T, args ...string) (*syncBuffer, <-chan error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- dispatch(ctx, args, out, io.Discard) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("%s returned %v", args[0], err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("%s did not stop", args[0])
-		}
-	})
-	return out, done
-}
 
 // regionsHeld reads overworld_regions_held{role} from a /metrics page.
 func regionsHeld(t *testing.T, url, role string) int {
@@ -100,23 +58,23 @@ func TestHeadlessPeerCoordinates(t *testing.T) {
 	defer d.Close()
 	boot := d.Bootstrap.Addrs()[0].String()
 
-	accOut, accDone := runCommand(t, "accounts", "-listen", "127.0.0.1:0", "-data-dir", t.TempDir(), "-log-level", "error")
-	accountURL := waitOutput(t, accOut, regexp.MustCompile(`account server on (http://127\.0\.0\.1:\d+)`), accDone, time.Minute)[1]
+	accountsCmd := runCommand(t, "accounts", "-listen", "127.0.0.1:0", "-data-dir", t.TempDir(), "-log-level", "error")
+	accountURL := accountsCmd.match(t, regexp.MustCompile(`account server on (http://127\.0\.0\.1:\d+)`))[1]
 
 	pwFile := filepath.Join(t.TempDir(), "password")
 	if err := os.WriteFile(pwFile, []byte("capacity for the world\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	const world, size = "capacity", "3x3"
-	peerOut, peerDone := runCommand(t, "peer", "-bootstrap", boot, "-listen", "/ip4/127.0.0.1/tcp/0",
+	peerCmd := runCommand(t, "peer", "-bootstrap", boot, "-listen", "/ip4/127.0.0.1/tcp/0",
 		"-data-dir", t.TempDir(), "-account", accountURL, "-user", "operator", "-password-file", pwFile, "-register",
 		"-world", world, "-world-size", size, "-metrics", "127.0.0.1:0", "-log-level", "error")
-	headlessID, err := peer.Decode(waitOutput(t, peerOut, regexp.MustCompile(`peer (\S+) started`), peerDone, time.Minute)[1])
+	headlessID, err := peer.Decode(peerCmd.match(t, regexp.MustCompile(`peer (\S+) started`))[1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	metricsURL := waitOutput(t, peerOut, regexp.MustCompile(`metrics on (\S+)`), peerDone, time.Minute)[1]
-	waitOutput(t, peerOut, regexp.MustCompile(`joined the overlay`), peerDone, time.Minute)
+	metricsURL := peerCmd.match(t, regexp.MustCompile(`metrics on (\S+)`))[1]
+	peerCmd.match(t, regexp.MustCompile(`joined the overlay`))
 
 	// A player beside it, with the region services a player's peer runs,
 	// under an identity that leaves the headless peer some regions and the
@@ -158,35 +116,35 @@ func TestHeadlessPeerCoordinates(t *testing.T) {
 	}
 	defer rs.Close()
 	cl := rs.Regions.Client()
+	// One bound for the whole wait: the regions come to the headless peer
+	// together.
 	deadline := time.Now().Add(90 * time.Second)
 	for _, c := range theirs {
-		for {
-			if coord, _ := rs.Regions.Coordinator(c); coord == headlessID {
-				// A write commits only under the coordinator's lease.
-				wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-				_, err := cl.ReadWrite(wctx, c, "capacity-test", 0, []byte("written through the headless peer"))
-				wcancel()
-				if err == nil {
-					break
-				}
+		committed := func() bool {
+			if coord, _ := rs.Regions.Coordinator(c); coord != headlessID {
+				return false
+			}
+			// A write commits only under the coordinator's lease.
+			wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer wcancel()
+			_, err := cl.ReadWrite(wctx, c, "capacity-test", 0, []byte("written through the headless peer"))
+			if err != nil {
 				t.Logf("write to region %s: %v", c, err)
 			}
-			if time.Now().After(deadline) {
-				coord, _ := rs.Regions.Coordinator(c)
-				t.Fatalf("region %s: coordinator %s, want the headless peer %s; no committed write", c, coord, headlessID)
-			}
-			time.Sleep(100 * time.Millisecond)
+			return err == nil
+		}
+		if err := await.UntilErr(time.Until(deadline), fmt.Sprintf("a write to region %s committed under the headless peer %s", c, headlessID), committed); err != nil {
+			coord, _ := rs.Regions.Coordinator(c)
+			t.Fatalf("%v; the player sees coordinator %s", err, coord)
 		}
 	}
-	for {
-		held := regionsHeld(t, metricsURL, "coordinator")
-		if held == len(theirs) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("overworld_regions_held{role=\"coordinator\"} = %d on the headless peer, want %d (%v)", held, len(theirs), theirs)
-		}
-		time.Sleep(100 * time.Millisecond)
+	// The headless peer's own count shows only on its /metrics.
+	held := -1
+	if err := await.UntilErr(time.Until(deadline), "the headless peer's /metrics counting its regions", func() bool {
+		held = regionsHeld(t, metricsURL, "coordinator")
+		return held == len(theirs)
+	}); err != nil {
+		t.Fatalf("%v: overworld_regions_held{role=\"coordinator\"} = %d, want %d (%v)", err, held, len(theirs), theirs)
 	}
 	t.Logf("headless peer coordinates %d of 9 regions: %v", len(theirs), theirs)
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // asBinaryEnv makes the test binary run the real main() (signal handling
@@ -28,7 +30,7 @@ func TestMain(m *testing.M) {
 // binaryProc is the test binary started as `overworld ARGS`.
 type binaryProc struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer // stdout and stderr
+	out    *await.Output // stdout and stderr, then its exit mark
 	exited chan error
 }
 
@@ -38,14 +40,18 @@ func startBinary(t *testing.T, args ...string) *binaryProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &binaryProc{out: &syncBuffer{}, exited: make(chan error, 1)}
+	p := &binaryProc{out: &await.Output{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(exe, args...)
 	p.cmd.Env = append(os.Environ(), asBinaryEnv+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.exited <- p.cmd.Wait() }()
+	go func() {
+		err := p.cmd.Wait()
+		exitedMark(p.out, err)
+		p.exited <- err
+	}()
 	t.Cleanup(func() {
 		p.cmd.Process.Kill()
 		<-p.exited
@@ -59,7 +65,7 @@ func startBinary(t *testing.T, args ...string) *binaryProc {
 // wait waits for re in the output and returns its submatches.
 func (p *binaryProc) wait(t *testing.T, re *regexp.Regexp) []string {
 	t.Helper()
-	return waitOutput(t, p.out, re, p.exited, 2*time.Minute)
+	return matchOrExit(t, p.cmd.Args[1], p.out, 2*time.Minute, re)
 }
 
 // stop sends SIGTERM and returns the services in the order the process

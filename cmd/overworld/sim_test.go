@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // TestSimCommandChurnAndScale runs `overworld sim` twice with churn (one
@@ -26,7 +28,7 @@ func TestSimCommandChurnAndScale(t *testing.T) {
 	for i, run := range runs {
 		out := filepath.Join(dir, "run"+string(rune('a'+i)))
 		args := append([]string{"sim", "-warmup", "1s", "-duration", "3s", "-session-mean", "2s", "-leave", run.leave, "-out", out}, run.args...)
-		var stdout syncBuffer // the progress line and the logs write from different goroutines
+		var stdout await.Output // the progress line and the logs write from different goroutines
 		if err := dispatch(context.Background(), args, &stdout, &stdout); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, stdout.String())
 		}
@@ -38,7 +40,7 @@ func TestSimCommandChurnAndScale(t *testing.T) {
 		reports = append(reports, filepath.Join(out, "report.json"))
 	}
 	plots := filepath.Join(dir, "scale")
-	var stdout syncBuffer
+	var stdout await.Output
 	if err := dispatch(context.Background(), []string{"sim", "-scale-from", strings.Join(reports, ","), "-out", plots}, &stdout, &stdout); err != nil {
 		t.Fatalf("scale: %v\n%s", err, stdout.String())
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -42,33 +43,37 @@ func blocking(name string, r *recorder) Service {
 	}
 }
 
+// The group runs in a synctest bubble: the save below takes virtual time,
+// so the test shows the node waits for a slow stop without sleeping.
 func TestStopsInReverseOrderOneAtATime(t *testing.T) {
-	var r recorder
-	g := New(nil)
-	g.Add(blocking("metrics", &r))
-	g.Add(Service{Name: "node", Stop: func() { r.note("node") }})
-	// A stop that takes a while: the node must not close before it ends.
-	saving := make(chan struct{})
-	g.Add(Service{
-		Name: "player",
-		Run: func() error {
-			<-saving
-			time.Sleep(20 * time.Millisecond) // the save
-			r.note("player")
-			return nil
-		},
-		Stop: func() { close(saving) },
+	synctest.Test(t, func(t *testing.T) {
+		var r recorder
+		g := New(nil)
+		g.Add(blocking("metrics", &r))
+		g.Add(Service{Name: "node", Stop: func() { r.note("node") }})
+		// A stop that takes a while: the node must not close before it ends.
+		saving := make(chan struct{})
+		g.Add(Service{
+			Name: "player",
+			Run: func() error {
+				<-saving
+				time.Sleep(20 * time.Millisecond) // the save (virtual time in the bubble)
+				r.note("player")
+				return nil
+			},
+			Stop: func() { close(saving) },
+		})
+		g.Add(blocking("page", &r))
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := g.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"page", "player", "node", "metrics"}
+		if got := r.got(); !slices.Equal(got, want) {
+			t.Fatalf("stopped in order %v, want %v", got, want)
+		}
 	})
-	g.Add(blocking("page", &r))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := g.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"page", "player", "node", "metrics"}
-	if got := r.got(); !slices.Equal(got, want) {
-		t.Fatalf("stopped in order %v, want %v", got, want)
-	}
 }
 
 func TestFailingServiceStopsTheOthers(t *testing.T) {
@@ -99,22 +104,25 @@ func TestErrorWhileStoppingIsReturned(t *testing.T) {
 	}
 }
 
+// In a synctest bubble the stop timeout passes in virtual time.
 func TestStopTimeoutGoesOn(t *testing.T) {
-	var r recorder
-	g := New(nil)
-	g.StopTimeout = 10 * time.Millisecond
-	g.Add(blocking("after", &r))
-	hung := make(chan struct{})
-	defer close(hung)
-	g.Add(Service{Name: "hung", Run: func() error { <-hung; return nil }, Stop: func() {}})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := g.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := r.got(); !slices.Equal(got, []string{"after"}) {
-		t.Fatalf("stopped %v: the group should go on past a service that does not stop", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		var r recorder
+		g := New(nil)
+		g.StopTimeout = 10 * time.Millisecond
+		g.Add(blocking("after", &r))
+		hung := make(chan struct{})
+		defer close(hung)
+		g.Add(Service{Name: "hung", Run: func() error { <-hung; return nil }, Stop: func() {}})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := g.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.got(); !slices.Equal(got, []string{"after"}) {
+			t.Fatalf("stopped %v: the group should go on past a service that does not stop", got)
+		}
+	})
 }
 
 func TestCloseStopsWithoutRunning(t *testing.T) {
