@@ -68,8 +68,11 @@
 //   - Hand-off: a coordinator that sees a closer live peer nudges it; that
 //     peer asks for the state. The coordinator finishes its batch in flight,
 //     hands over a snapshot in a new epoch and becomes the replica; the old
-//     replica retires. While the transfer runs the new peer forwards
-//     requests to the old coordinator.
+//     replica retires once the new coordinator shows it installed the
+//     region (it replicates to the old coordinator, retires it, or
+//     answers its check as coordinator), so a lost reply does not leave
+//     one copy. While the transfer runs the new peer forwards requests to
+//     the old coordinator.
 //   - A new lease: with a lease service that signs, a coordinator that
 //     gains a lease it did not commit its copy under (after a take-over, a
 //     hand-off or a lapse, or a second coordinator left over from a false

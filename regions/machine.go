@@ -51,6 +51,13 @@ type machine struct {
 	objects     map[string]*pb.Object
 	done        doneLog
 	coordinator peer.ID // whom we replicate, as replica
+	// oldReplica, after this peer handed the region over (giveAway), is
+	// the replica it had as coordinator, which still holds its copy: it
+	// is retired only once the coordinator the region went to shows it
+	// installed it (confirmHandoff). Retired at once, it would leave this
+	// peer's copy the only one until then, and a lost hand-off reply
+	// followed by this peer's crash would lose every acknowledged update.
+	oldReplica retirement
 	// copyProof is the lease grant the copy was last committed (or, at a
 	// replica, replicated) under: what shows a peer taking the region over
 	// that the copy is real (InfoReply.grant, HandoffReply.grant).
@@ -287,6 +294,7 @@ func (m *machine) clear() {
 	m.replicaSynced, m.outstanding = false, false
 	m.copyProof, m.copyAssign, m.alone, m.hasWantReplica, m.wantReplica, m.strikes = nil, nil, false, false, "", 0
 	m.verifiedLease, m.comparing, m.copySeal = 0, false, nil
+	m.oldReplica = retirement{}
 	m.objects = map[string]*pb.Object{}
 	m.done = newDoneLog(maxDone)
 	m.inflight, m.inflightEnts = nil, nil
@@ -809,6 +817,7 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 			}
 			eff = m.stepDown(from)
 		}
+		eff.merge(m.confirmHandoff(from, r.Epoch))
 		m.load(r.Snapshot)
 		m.role, m.coordinator = pb.Role_ROLE_REPLICA, from
 		if r.Grant != nil {
@@ -845,6 +854,7 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 		m.copyProof, m.copyAssign = r.Grant, r.Assignment
 	}
 	m.keepSeal(r.Seal)
+	eff.merge(m.confirmHandoff(from, r.Epoch))
 	return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
 }
 
@@ -859,6 +869,10 @@ func (m *machine) TakeOver(now time.Time) effects {
 	m.epoch++
 	m.replica, m.replicaSynced, m.outstanding, m.alone = "", false, false, false
 	m.verifiedLease = 0
+	// The old replica of a hand-off whose new coordinator is gone is not
+	// retired: it gets this peer's snapshot if placed as the replica
+	// again, and drops its copy at its next check otherwise (Checked).
+	m.oldReplica = retirement{}
 	eff := m.pump(now)
 	eff.needReplica = true
 	return eff
@@ -874,7 +888,7 @@ func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.replica, m.replicaSynced, m.outstanding, m.alone = replica, synced && replica != "", false, false
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
-	m.verifiedLease = 0
+	m.verifiedLease, m.oldReplica = 0, retirement{}
 	eff := m.pump(now)
 	if replica == "" {
 		eff.needReplica = true
@@ -906,7 +920,10 @@ func (m *machine) Handoff(to peer.ID, now time.Time) effects {
 }
 
 // giveAway completes a hand-off: the new coordinator gets the state in a
-// new epoch, this peer becomes its replica, the old replica retires.
+// new epoch and this peer becomes its replica. The old replica keeps its
+// copy until the new coordinator shows it installed the region
+// (confirmHandoff): the reply may be lost, or its receiver crash, and this
+// peer's copy must not be the only one meanwhile.
 func (m *machine) giveAway() (eff effects) {
 	to := m.handoffTo
 	m.handoffTo = ""
@@ -917,8 +934,9 @@ func (m *machine) giveAway() (eff effects) {
 	grant := m.proofOfCopy()
 	m.epoch++
 	snap := m.snapshot()
+	m.oldReplica = retirement{}
 	if m.replica != "" && m.replica != to {
-		eff.retire = append(eff.retire, retirement{to: m.replica, epoch: m.epoch})
+		m.oldReplica = retirement{to: m.replica, epoch: m.epoch}
 	}
 	for _, p := range m.queue {
 		if !p.expiry {
@@ -942,23 +960,47 @@ func (m *machine) giveAway() (eff effects) {
 	return eff
 }
 
-// Dropped drops a replica's copy when its coordinator, asked, coordinates
-// at this copy's epoch or later with another replica: the retirement
-// never arrived. It reports whether it did.
-func (m *machine) Dropped(coord peer.ID, info *pb.InfoReply) bool {
-	if m.role != pb.Role_ROLE_REPLICA || coord != m.coordinator || info.Role != pb.Role_ROLE_COORDINATOR ||
-		info.Epoch < m.epoch || peer.ID(info.Replica) == m.self {
-		return false
+// confirmHandoff retires the old replica kept since this peer handed the
+// region over (oldReplica) once from, the coordinator this replica
+// follows, shows in epoch that it holds the region in the hand-off's
+// epoch or later: it replicates to this peer, retires it, or answers its
+// check as coordinator. Only then does the old replica's copy go.
+func (m *machine) confirmHandoff(from peer.ID, epoch uint64) (eff effects) {
+	r := m.oldReplica
+	if r.to == "" || m.role != pb.Role_ROLE_REPLICA || from != m.coordinator || epoch < r.epoch {
+		return eff
 	}
-	m.log.Info("replica copy dropped: its coordinator replicates elsewhere", "region", m.region, "coordinator", coord, "epoch", m.epoch)
-	m.clear()
-	return true
+	m.oldReplica = retirement{}
+	m.log.Debug("hand-off confirmed; retiring the old replica", "region", m.region, "coordinator", from, "old_replica", r.to, "epoch", r.epoch)
+	eff.retire = []retirement{r}
+	return eff
 }
 
-// Retire drops a replica's copy when its coordinator no longer needs it.
-func (m *machine) Retire(from peer.ID, epoch uint64) {
-	if m.role == pb.Role_ROLE_REPLICA && from == m.coordinator && epoch >= m.epoch {
-		m.log.Debug("replica retired", "region", m.region, "by", from, "epoch", epoch)
+// Checked takes the answer of coord, the coordinator this replica follows,
+// to its check (Service.checkReplicaCopy). A coordinator in this copy's
+// epoch or later confirms a hand-off this peer made (confirmHandoff); and
+// if it replicates to another peer, the retirement of this copy never
+// arrived, and the copy is dropped.
+func (m *machine) Checked(coord peer.ID, info *pb.InfoReply) effects {
+	if m.role != pb.Role_ROLE_REPLICA || coord != m.coordinator || info.Role != pb.Role_ROLE_COORDINATOR || info.Epoch < m.epoch {
+		return effects{}
+	}
+	eff := m.confirmHandoff(coord, info.Epoch)
+	if peer.ID(info.Replica) != m.self {
+		m.log.Info("replica copy dropped: its coordinator replicates elsewhere", "region", m.region, "coordinator", coord, "epoch", m.epoch)
 		m.clear()
 	}
+	return eff
+}
+
+// Retire drops a replica's copy when its coordinator no longer needs it;
+// that coordinator holds the region, which confirms a hand-off this peer
+// made.
+func (m *machine) Retire(from peer.ID, epoch uint64) (eff effects) {
+	if m.role == pb.Role_ROLE_REPLICA && from == m.coordinator && epoch >= m.epoch {
+		m.log.Debug("replica retired", "region", m.region, "by", from, "epoch", epoch)
+		eff = m.confirmHandoff(from, epoch)
+		m.clear()
+	}
+	return eff
 }

@@ -680,8 +680,9 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 		if sl := s.existingSlot(c); sl != nil {
 			s.onLoop(func() {
 				sl.mu.Lock()
-				sl.m.Retire(from, b.Retire.Epoch)
+				eff := sl.m.Retire(from, b.Retire.Epoch)
 				sl.mu.Unlock()
+				s.run(c, sl, eff)
 			})
 		}
 		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}
