@@ -64,7 +64,9 @@
 //     it, each region's role is checked against the live placement by a
 //     pure decision (maintenance.go: nudge a closer peer, acquire, change
 //     the replica, step down, check the replica's copy, the next check's
-//     time); maintain.go gathers its facts and carries it out.
+//     time); maintain.go gathers its facts and carries it out. A replaced
+//     replica keeps its copy until the new one has acknowledged its
+//     snapshot, so that a coordinator's crash meanwhile loses nothing.
 //   - Hand-off: a coordinator that sees a closer live peer nudges it; that
 //     peer asks for the state. The coordinator finishes its batch in flight,
 //     hands over a snapshot in a new epoch and becomes the replica; the old

@@ -540,8 +540,53 @@ func TestHandoffOldReplicaRetiresOnlyOnceConfirmed(t *testing.T) {
 	t.Run("take-over", func(t *testing.T) {
 		co := handedOver(t)
 		co.TakeOver(t0)
-		if co.role != pb.Role_ROLE_COORDINATOR || co.oldReplica != (retirement{}) {
-			t.Fatalf("after the take-over: role %v, pending %+v", co.role, co.oldReplica)
+		if co.role != pb.Role_ROLE_COORDINATOR || len(co.oldReplicas) != 0 {
+			t.Fatalf("after the take-over: role %v, pending %+v", co.role, co.oldReplicas)
 		}
 	})
+}
+
+// TestReplicaChangeRetiresTheOldOnceTheNewHoldsTheCopy: a coordinator that
+// changes its replica from B to C keeps B, and names B as its replica to
+// B, until C acknowledges its snapshot; only then is B retired. A replica
+// asked for again before that is not retired.
+func TestReplicaChangeRetiresTheOldOnceTheNewHoldsTheCopy(t *testing.T) {
+	co, _ := pair(t)
+	eff := co.SetReplica(peerC, t0)
+	if len(eff.retire) != 0 || eff.send == nil || eff.send.to != peerC || eff.send.msg.Snapshot == nil {
+		t.Fatalf("replica change: %+v", eff)
+	}
+	if got := peer.ID(co.infoFor(peerB).Replica); got != peerB {
+		t.Fatalf("B is told the replica is %v while C has no copy", got)
+	}
+	if got := peer.ID(co.infoFor(bob).Replica); got != peerC {
+		t.Fatalf("others are told the replica is %v, want C", got)
+	}
+	nc := newTestMachine(peerC)
+	ack, _ := nc.Replicate(peerA, eff.send.msg, false)
+	eff = co.ReplicaAck(peerC, ack, true, t0)
+	if len(eff.retire) != 1 || eff.retire[0] != (retirement{to: peerB, epoch: 1}) {
+		t.Fatalf("B not retired once C acknowledged: %+v", eff.retire)
+	}
+	if got := peer.ID(co.infoFor(peerB).Replica); got != peerC {
+		t.Fatalf("B is told the replica is %v after C synced", got)
+	}
+
+	// B, then C again, then B asked for while C's snapshot is out: B
+	// gets a snapshot, never a retirement.
+	co, _ = pair(t)
+	eff = co.SetReplica(peerC, t0)
+	if more := co.SetReplica(peerB, t0); len(more.retire) != 0 {
+		t.Fatalf("retired while a snapshot is out: %+v", more.retire)
+	}
+	ack, _ = newTestMachine(peerC).Replicate(peerA, eff.send.msg, false)
+	eff = co.ReplicaAck(peerC, ack, true, t0)
+	for _, r := range eff.retire {
+		if r.to == peerB {
+			t.Fatalf("B retired although it is the replica again: %+v", eff.retire)
+		}
+	}
+	if eff.send == nil || eff.send.to != peerB || eff.send.msg.Snapshot == nil {
+		t.Fatalf("B got no snapshot: %+v", eff.send)
+	}
 }

@@ -669,7 +669,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 		info := &pb.InfoReply{}
 		if sl := s.existingSlot(c); sl != nil {
 			sl.mu.Lock()
-			info = sl.m.info()
+			info = sl.m.infoFor(from)
 			sl.mu.Unlock()
 		}
 		info.SteppingAside = !s.eligible(c)
