@@ -108,8 +108,8 @@
 // libp2p (transport_libp2p.go: a stream of ProtocolID per exchange, the
 // DHT, gossipsub); NewWithTransport takes any, such as regions/memnet's
 // in-memory network, on which testdata/scenarios script fail-over,
-// hand-off, double failure, false suspicion and partitions message by
-// message (scenario_test.go).
+// hand-off, double failure, false suspicion, partitions and crashes that
+// linger in the other peers' views message by message (scenario_test.go).
 //
 // # Trust
 //
