@@ -64,12 +64,17 @@
 //     it, each region's role is checked against the live placement by a
 //     pure decision (maintenance.go: nudge a closer peer, acquire, change
 //     the replica, step down, check the replica's copy, the next check's
-//     time); maintain.go gathers its facts and carries it out.
+//     time); maintain.go gathers its facts and carries it out. A replaced
+//     replica keeps its copy until the new one has acknowledged its
+//     snapshot, so that a coordinator's crash meanwhile loses nothing.
 //   - Hand-off: a coordinator that sees a closer live peer nudges it; that
 //     peer asks for the state. The coordinator finishes its batch in flight,
 //     hands over a snapshot in a new epoch and becomes the replica; the old
-//     replica retires. While the transfer runs the new peer forwards
-//     requests to the old coordinator.
+//     replica retires once the new coordinator shows it installed the
+//     region (it replicates to the old coordinator, retires it, or
+//     answers its check as coordinator), so a lost reply does not leave
+//     one copy. While the transfer runs the new peer forwards requests to
+//     the old coordinator.
 //   - A new lease: with a lease service that signs, a coordinator that
 //     gains a lease it did not commit its copy under (after a take-over, a
 //     hand-off or a lapse, or a second coordinator left over from a false
@@ -103,8 +108,8 @@
 // libp2p (transport_libp2p.go: a stream of ProtocolID per exchange, the
 // DHT, gossipsub); NewWithTransport takes any, such as regions/memnet's
 // in-memory network, on which testdata/scenarios script fail-over,
-// hand-off, double failure, false suspicion and partitions message by
-// message (scenario_test.go).
+// hand-off, double failure, false suspicion, partitions and crashes that
+// linger in the other peers' views message by message (scenario_test.go).
 //
 // # Trust
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -51,6 +52,13 @@ type machine struct {
 	objects     map[string]*pb.Object
 	done        doneLog
 	coordinator peer.ID // whom we replicate, as replica
+	// oldReplicas, after this peer handed the region over (giveAway), are
+	// the replicas it had as coordinator, which still hold their copies:
+	// they are retired only once the coordinator the region went to shows
+	// it installed it (confirmHandoff). Retired at once, they would leave
+	// this peer's copy the only one until then, and a lost hand-off reply
+	// followed by this peer's crash would lose every acknowledged update.
+	oldReplicas []retirement
 	// copyProof is the lease grant the copy was last committed (or, at a
 	// replica, replicated) under: what shows a peer taking the region over
 	// that the copy is real (InfoReply.grant, HandoffReply.grant).
@@ -82,7 +90,12 @@ type machine struct {
 	hasWantReplica bool
 	// strikes counts the replica's answers in a row that neither
 	// acknowledged nor proved anything; at maxStrikes it is left out.
-	strikes       int
+	strikes int
+	// replaced are the replicas changed for another (changeReplica) that
+	// is not synced yet: each keeps its copy until the new replica
+	// acknowledges its snapshot (retireReplaced), so that until then the
+	// region is on two peers, and this peer's crash alone loses nothing.
+	replaced      []peer.ID
 	inflight      []answer
 	inflightEnts  []*pb.Entry
 	inflightLease uint64
@@ -287,6 +300,7 @@ func (m *machine) clear() {
 	m.replicaSynced, m.outstanding = false, false
 	m.copyProof, m.copyAssign, m.alone, m.hasWantReplica, m.wantReplica, m.strikes = nil, nil, false, false, "", 0
 	m.verifiedLease, m.comparing, m.copySeal = 0, false, nil
+	m.oldReplicas, m.replaced = nil, nil
 	m.objects = map[string]*pb.Object{}
 	m.done = newDoneLog(maxDone)
 	m.inflight, m.inflightEnts = nil, nil
@@ -306,6 +320,18 @@ func (m *machine) info() *pb.InfoReply {
 	}
 	if m.role != pb.Role_ROLE_NONE {
 		r.Grant, r.Assignment = m.proofOfCopy(), m.copyAssign
+	}
+	return r
+}
+
+// infoFor is info as answered to asker: a coordinator still counts a
+// replica it is replacing (replaced) as its replica until the new one
+// holds the copy, so that the old one, checking its copy meanwhile, keeps
+// it (Checked) rather than leave this peer's the only one.
+func (m *machine) infoFor(asker peer.ID) *pb.InfoReply {
+	r := m.info()
+	if m.role == pb.Role_ROLE_COORDINATOR && containsPeer(m.replaced, asker) {
+		r.Replica = []byte(asker)
 	}
 	return r
 }
@@ -672,6 +698,7 @@ func (m *machine) ReplicaAck(from peer.ID, a *pb.ReplicateAck, proven bool, now 
 	case a.Ok && a.Seq >= m.outSeq:
 		m.replicaSynced, m.strikes = true, 0
 		eff := m.commit()
+		eff.merge(m.retireReplaced())
 		eff.merge(m.pump(now))
 		return eff
 	case a.Stale && proven && a.Epoch >= m.epoch:
@@ -732,13 +759,31 @@ func (m *machine) SetReplica(p peer.ID, now time.Time) (eff effects) {
 func (m *machine) changeReplica() (eff effects) {
 	p := m.wantReplica
 	m.wantReplica, m.hasWantReplica = "", false
-	if m.replica != "" && m.replica != p {
-		eff.retire = append(eff.retire, retirement{to: m.replica, epoch: m.epoch})
+	if m.replica != "" && m.replica != p && !containsPeer(m.replaced, m.replica) {
+		m.replaced = append(m.replaced, m.replica)
 	}
+	// One that comes back as the replica gets a snapshot, not a retirement.
+	m.replaced = slices.DeleteFunc(m.replaced, func(q peer.ID) bool { return q == p })
 	if p == "" {
+		// No replica to wait for: nobody else can hold the copy.
 		m.log.Warn("coordinating without a replica", "region", m.region, "epoch", m.epoch)
+		eff.merge(m.retireReplaced())
 	}
 	m.replica, m.replicaSynced, m.strikes, m.alone = p, false, 0, p == ""
+	return eff
+}
+
+// retireReplaced retires the replicas changed for the current one, which
+// holds the copy now (or there is none); one asked for as the replica
+// again (wantReplica) is not retired: it is about to get a snapshot.
+func (m *machine) retireReplaced() (eff effects) {
+	for _, p := range m.replaced {
+		if p == m.replica || (m.hasWantReplica && p == m.wantReplica) {
+			continue
+		}
+		eff.retire = append(eff.retire, retirement{to: p, epoch: m.epoch})
+	}
+	m.replaced = nil
 	return eff
 }
 
@@ -809,6 +854,7 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 			}
 			eff = m.stepDown(from)
 		}
+		eff.merge(m.confirmHandoff(from, r.Epoch))
 		m.load(r.Snapshot)
 		m.role, m.coordinator = pb.Role_ROLE_REPLICA, from
 		if r.Grant != nil {
@@ -845,6 +891,7 @@ func (m *machine) Replicate(from peer.ID, r *pb.Replicate, leaseWins bool) (*pb.
 		m.copyProof, m.copyAssign = r.Grant, r.Assignment
 	}
 	m.keepSeal(r.Seal)
+	eff.merge(m.confirmHandoff(from, r.Epoch))
 	return &pb.ReplicateAck{Ok: true, Epoch: m.epoch, Seq: m.seq}, eff
 }
 
@@ -859,6 +906,11 @@ func (m *machine) TakeOver(now time.Time) effects {
 	m.epoch++
 	m.replica, m.replicaSynced, m.outstanding, m.alone = "", false, false, false
 	m.verifiedLease = 0
+	// The old replicas kept since a hand-off whose new coordinator is gone
+	// are not retired: one placed as the replica again gets this peer's
+	// snapshot, the others drop their copies at their next check
+	// (Checked), this peer then coordinating with another replica.
+	m.oldReplicas, m.replaced = nil, nil
 	eff := m.pump(now)
 	eff.needReplica = true
 	return eff
@@ -874,7 +926,7 @@ func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.replica, m.replicaSynced, m.outstanding, m.alone = replica, synced && replica != "", false, false
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
-	m.verifiedLease = 0
+	m.verifiedLease, m.oldReplicas, m.replaced = 0, nil, nil
 	eff := m.pump(now)
 	if replica == "" {
 		eff.needReplica = true
@@ -906,7 +958,10 @@ func (m *machine) Handoff(to peer.ID, now time.Time) effects {
 }
 
 // giveAway completes a hand-off: the new coordinator gets the state in a
-// new epoch, this peer becomes its replica, the old replica retires.
+// new epoch and this peer becomes its replica. The old replica keeps its
+// copy until the new coordinator shows it installed the region
+// (confirmHandoff): the reply may be lost, or its receiver crash, and this
+// peer's copy must not be the only one meanwhile.
 func (m *machine) giveAway() (eff effects) {
 	to := m.handoffTo
 	m.handoffTo = ""
@@ -917,9 +972,13 @@ func (m *machine) giveAway() (eff effects) {
 	grant := m.proofOfCopy()
 	m.epoch++
 	snap := m.snapshot()
-	if m.replica != "" && m.replica != to {
-		eff.retire = append(eff.retire, retirement{to: m.replica, epoch: m.epoch})
+	m.oldReplicas = nil
+	for _, p := range append(m.replaced, m.replica) {
+		if p != "" && p != to {
+			m.oldReplicas = append(m.oldReplicas, retirement{to: p, epoch: m.epoch})
+		}
 	}
+	m.replaced = nil
 	for _, p := range m.queue {
 		if !p.expiry {
 			eff.answers = append(eff.answers, answerTo(p, redirectReply(to)))
@@ -942,23 +1001,45 @@ func (m *machine) giveAway() (eff effects) {
 	return eff
 }
 
-// Dropped drops a replica's copy when its coordinator, asked, coordinates
-// at this copy's epoch or later with another replica: the retirement
-// never arrived. It reports whether it did.
-func (m *machine) Dropped(coord peer.ID, info *pb.InfoReply) bool {
-	if m.role != pb.Role_ROLE_REPLICA || coord != m.coordinator || info.Role != pb.Role_ROLE_COORDINATOR ||
-		info.Epoch < m.epoch || peer.ID(info.Replica) == m.self {
-		return false
+// confirmHandoff retires the old replica kept since this peer handed the
+// region over (oldReplicas) once from, the coordinator this replica
+// follows, shows in epoch that it holds the region in the hand-off's
+// epoch or later: it replicates to this peer, retires it, or answers its
+// check as coordinator. Only then does the old replica's copy go.
+func (m *machine) confirmHandoff(from peer.ID, epoch uint64) (eff effects) {
+	if len(m.oldReplicas) == 0 || m.role != pb.Role_ROLE_REPLICA || from != m.coordinator || epoch < m.oldReplicas[0].epoch {
+		return eff
 	}
-	m.log.Info("replica copy dropped: its coordinator replicates elsewhere", "region", m.region, "coordinator", coord, "epoch", m.epoch)
-	m.clear()
-	return true
+	m.log.Debug("hand-off confirmed; retiring the old replicas", "region", m.region, "coordinator", from, "old_replicas", len(m.oldReplicas))
+	eff.retire, m.oldReplicas = m.oldReplicas, nil
+	return eff
 }
 
-// Retire drops a replica's copy when its coordinator no longer needs it.
-func (m *machine) Retire(from peer.ID, epoch uint64) {
-	if m.role == pb.Role_ROLE_REPLICA && from == m.coordinator && epoch >= m.epoch {
-		m.log.Debug("replica retired", "region", m.region, "by", from, "epoch", epoch)
+// Checked takes the answer of coord, the coordinator this replica follows,
+// to its check (Service.checkReplicaCopy). A coordinator in this copy's
+// epoch or later confirms a hand-off this peer made (confirmHandoff); and
+// if it replicates to another peer, the retirement of this copy never
+// arrived, and the copy is dropped.
+func (m *machine) Checked(coord peer.ID, info *pb.InfoReply) effects {
+	if m.role != pb.Role_ROLE_REPLICA || coord != m.coordinator || info.Role != pb.Role_ROLE_COORDINATOR || info.Epoch < m.epoch {
+		return effects{}
+	}
+	eff := m.confirmHandoff(coord, info.Epoch)
+	if peer.ID(info.Replica) != m.self {
+		m.log.Info("replica copy dropped: its coordinator replicates elsewhere", "region", m.region, "coordinator", coord, "epoch", m.epoch)
 		m.clear()
 	}
+	return eff
+}
+
+// Retire drops a replica's copy when its coordinator no longer needs it;
+// that coordinator holds the region, which confirms a hand-off this peer
+// made.
+func (m *machine) Retire(from peer.ID, epoch uint64) (eff effects) {
+	if m.role == pb.Role_ROLE_REPLICA && from == m.coordinator && epoch >= m.epoch {
+		m.log.Debug("replica retired", "region", m.region, "by", from, "epoch", epoch)
+		eff = m.confirmHandoff(from, epoch)
+		m.clear()
+	}
+	return eff
 }

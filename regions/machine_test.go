@@ -297,17 +297,27 @@ func TestHandoffWaitsForTheBatchAndRetiresTheOldReplica(t *testing.T) {
 	if r.got["a"].Status != pb.Status_STATUS_OK || r.got["b"].Status != pb.Status_STATUS_REDIRECT || peer.ID(r.got["b"].Redirect) != peerC {
 		t.Fatalf("answers %v / %v", r.got["a"], r.got["b"])
 	}
-	if len(all.retire) != 1 || all.retire[0].to != peerB {
-		t.Fatalf("old replica not retired: %+v", all.retire)
+	// The old replica keeps its copy until the new coordinator shows it
+	// installed the region: the reply may never reach it.
+	if len(all.retire) != 0 {
+		t.Fatalf("old replica retired with the hand-off reply: %+v", all.retire)
 	}
 	if co.role != pb.Role_ROLE_REPLICA || co.coordinator != peerC {
 		t.Fatal("old coordinator did not become the new one's replica")
 	}
-	// The new coordinator continues with the old one as replica.
+	// The new coordinator continues with the old one as replica; its
+	// first replication confirms the hand-off, and the old replica retires.
 	nc := newTestMachine(peerC)
 	nc.Install(hr.Snapshot, peerA, true, hr.Grant, nil, t0)
 	eff = w.submit(nc, &pending{from: bob, req: rw(3, "food", 1, "2")}, r.to("c"), t0)
-	all = deliver(t, nc, co, eff)
+	if eff.send == nil {
+		t.Fatal("the new coordinator replicated nothing")
+	}
+	ack, confirmed := co.Replicate(nc.self, eff.send.msg, false)
+	if len(confirmed.retire) != 1 || confirmed.retire[0] != (retirement{to: peerB, epoch: 2}) {
+		t.Fatalf("old replica not retired once the new coordinator replicated: %+v", confirmed.retire)
+	}
+	all = nc.ReplicaAck(co.self, ack, true, t0)
 	w.answer(all)
 	if r.got["c"].Status != pb.Status_STATUS_OK || co.objects["food"].Version != 2 {
 		t.Fatalf("after hand-off: %v", r.got["c"])
@@ -461,5 +471,122 @@ func TestRetryReplacesWaiter(t *testing.T) {
 	}
 	if !sl.unwait(k, retry) || len(sl.waiters) != 0 {
 		t.Fatalf("retry not the waiter; %d left", len(sl.waiters))
+	}
+}
+
+// TestHandoffOldReplicaRetiresOnlyOnceConfirmed: after a hand-off to C,
+// the old coordinator A keeps its old replica B until C shows, in the
+// hand-off's epoch or later, that it holds the region: its check answered
+// by C as coordinator, or C retiring A. Answers that show nothing of the
+// kind (C holding nothing, an older epoch, another peer) retire nobody,
+// and a take-over after C died forgets the pending retirement.
+func TestHandoffOldReplicaRetiresOnlyOnceConfirmed(t *testing.T) {
+	handedOver := func(t *testing.T) *machine {
+		t.Helper()
+		co, _ := pair(t)
+		eff := co.Handoff(peerC, t0)
+		if eff.handoffReply == nil || !eff.handoffReply.Ok || len(eff.retire) != 0 {
+			t.Fatalf("hand-off: %+v", eff)
+		}
+		return co
+	}
+	old := retirement{to: peerB, epoch: 2}
+	coordinating := func(epoch uint64, replica peer.ID) *pb.InfoReply {
+		return &pb.InfoReply{Role: pb.Role_ROLE_COORDINATOR, Epoch: epoch, Replica: []byte(replica)}
+	}
+
+	t.Run("check", func(t *testing.T) {
+		co := handedOver(t)
+		for _, c := range []struct {
+			from peer.ID
+			info *pb.InfoReply
+		}{
+			{peerC, &pb.InfoReply{}},        // C has not installed it
+			{peerC, coordinating(1, peerA)}, // an older epoch
+			{peerB, coordinating(2, peerA)}, // not the coordinator A follows
+			{peerC, &pb.InfoReply{Role: pb.Role_ROLE_REPLICA, Epoch: 2}},
+		} {
+			if eff := co.Checked(c.from, c.info); len(eff.retire) != 0 || co.role != pb.Role_ROLE_REPLICA {
+				t.Fatalf("check answered by %v %v retired %+v (role %v)", c.from, c.info, eff.retire, co.role)
+			}
+		}
+		eff := co.Checked(peerC, coordinating(2, peerA))
+		if len(eff.retire) != 1 || eff.retire[0] != old || co.role != pb.Role_ROLE_REPLICA {
+			t.Fatalf("confirmed by the check: retired %+v, role %v", eff.retire, co.role)
+		}
+		if eff := co.Checked(peerC, coordinating(2, peerA)); len(eff.retire) != 0 {
+			t.Fatalf("retired twice: %+v", eff.retire)
+		}
+	})
+	t.Run("check elsewhere", func(t *testing.T) {
+		// C coordinates with another replica: A's copy is dropped, and
+		// B retired, C holding the region.
+		co := handedOver(t)
+		eff := co.Checked(peerC, coordinating(2, bob))
+		if len(eff.retire) != 1 || eff.retire[0] != old || co.role != pb.Role_ROLE_NONE {
+			t.Fatalf("retired %+v, role %v", eff.retire, co.role)
+		}
+	})
+	t.Run("retired", func(t *testing.T) {
+		co := handedOver(t)
+		if eff := co.Retire(peerB, 2); len(eff.retire) != 0 || co.role != pb.Role_ROLE_REPLICA {
+			t.Fatalf("a retirement from another peer: %+v, role %v", eff.retire, co.role)
+		}
+		eff := co.Retire(peerC, 2)
+		if len(eff.retire) != 1 || eff.retire[0] != old || co.role != pb.Role_ROLE_NONE {
+			t.Fatalf("retired by C: retired %+v, role %v", eff.retire, co.role)
+		}
+	})
+	t.Run("take-over", func(t *testing.T) {
+		co := handedOver(t)
+		co.TakeOver(t0)
+		if co.role != pb.Role_ROLE_COORDINATOR || len(co.oldReplicas) != 0 {
+			t.Fatalf("after the take-over: role %v, pending %+v", co.role, co.oldReplicas)
+		}
+	})
+}
+
+// TestReplicaChangeRetiresTheOldOnceTheNewHoldsTheCopy: a coordinator that
+// changes its replica from B to C keeps B, and names B as its replica to
+// B, until C acknowledges its snapshot; only then is B retired. A replica
+// asked for again before that is not retired.
+func TestReplicaChangeRetiresTheOldOnceTheNewHoldsTheCopy(t *testing.T) {
+	co, _ := pair(t)
+	eff := co.SetReplica(peerC, t0)
+	if len(eff.retire) != 0 || eff.send == nil || eff.send.to != peerC || eff.send.msg.Snapshot == nil {
+		t.Fatalf("replica change: %+v", eff)
+	}
+	if got := peer.ID(co.infoFor(peerB).Replica); got != peerB {
+		t.Fatalf("B is told the replica is %v while C has no copy", got)
+	}
+	if got := peer.ID(co.infoFor(bob).Replica); got != peerC {
+		t.Fatalf("others are told the replica is %v, want C", got)
+	}
+	nc := newTestMachine(peerC)
+	ack, _ := nc.Replicate(peerA, eff.send.msg, false)
+	eff = co.ReplicaAck(peerC, ack, true, t0)
+	if len(eff.retire) != 1 || eff.retire[0] != (retirement{to: peerB, epoch: 1}) {
+		t.Fatalf("B not retired once C acknowledged: %+v", eff.retire)
+	}
+	if got := peer.ID(co.infoFor(peerB).Replica); got != peerC {
+		t.Fatalf("B is told the replica is %v after C synced", got)
+	}
+
+	// B, then C again, then B asked for while C's snapshot is out: B
+	// gets a snapshot, never a retirement.
+	co, _ = pair(t)
+	eff = co.SetReplica(peerC, t0)
+	if more := co.SetReplica(peerB, t0); len(more.retire) != 0 {
+		t.Fatalf("retired while a snapshot is out: %+v", more.retire)
+	}
+	ack, _ = newTestMachine(peerC).Replicate(peerA, eff.send.msg, false)
+	eff = co.ReplicaAck(peerC, ack, true, t0)
+	for _, r := range eff.retire {
+		if r.to == peerB {
+			t.Fatalf("B retired although it is the replica again: %+v", eff.retire)
+		}
+	}
+	if eff.send == nil || eff.send.to != peerB || eff.send.msg.Snapshot == nil {
+		t.Fatalf("B got no snapshot: %+v", eff.send)
 	}
 }

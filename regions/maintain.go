@@ -199,7 +199,9 @@ func (s *Service) carryOutMaintenance(c Coord, sl *slot, t maintenanceTick, eff 
 }
 
 // checkReplicaCopy asks coordinator coord whether it still replicates
-// region c to this peer; the machine drops a copy it no longer does.
+// region c to this peer; the machine drops a copy it no longer does, and
+// retires the replica it kept since it handed the region to coord once
+// coord shows it installed it (machine.Checked).
 func (s *Service) checkReplicaCopy(c Coord, sl *slot, coord peer.ID) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
 	defer cancel()
@@ -209,8 +211,9 @@ func (s *Service) checkReplicaCopy(c Coord, sl *slot, coord peer.ID) {
 	}
 	s.feedLoop(func() {
 		sl.mu.Lock()
-		sl.m.Dropped(coord, reply.GetInfoReply())
+		eff := sl.m.Checked(coord, reply.GetInfoReply())
 		sl.mu.Unlock()
+		s.run(c, sl, eff)
 	})
 }
 

@@ -47,8 +47,13 @@ var _ Transport = (*memnet.Peer)(nil)
 //	stabilize [quiet] [hold=(T,...)]  deliver until nothing (but held types) is queued
 //	partition pA,pB | pC,pD     cut the network (unlisted peers: one more side)
 //	heal                        link every peer again
-//	crash pX [pY ...]           silent for good: its queued messages are
-//	                            dropped, its exchanges reset, its service closed
+//	crash pX [pY ...] [linger]  silent for good: its queued messages are
+//	                            dropped, its exchanges reset, its service closed;
+//	                            linger: the peers linked to it are not told and
+//	                            keep listing it (routing, connected and topic
+//	                            peers) until forget, while calls to it fail
+//	forget pX [pY ...]          end a lingering crash: the peers drop it and
+//	                            hear that its connection closed
 //	tick D                      advance virtual time by D
 //	queue                       the messages queued
 //	status                      each peer's role, epoch, seq and objects
@@ -237,11 +242,23 @@ func (sc *scenario) run(t *testing.T, d *datadriven.TestData) string {
 	case "heal":
 		sc.net.Heal()
 	case "crash":
+		linger := d.HasArg("linger")
 		for _, a := range d.CmdArgs {
+			if a.Key == "linger" {
+				continue
+			}
 			p := sc.byName(t, a.Key)
-			sc.net.Crash(p.id)
+			if linger {
+				sc.net.CrashLingering(p.id)
+			} else {
+				sc.net.Crash(p.id)
+			}
 			p.crashed = true
 			p.svc.Close()
+		}
+	case "forget":
+		for _, a := range d.CmdArgs {
+			sc.net.Forget(sc.byName(t, a.Key).id)
 		}
 	case "tick":
 		dur, err := time.ParseDuration(d.CmdArgs[0].Key)

@@ -669,7 +669,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 		info := &pb.InfoReply{}
 		if sl := s.existingSlot(c); sl != nil {
 			sl.mu.Lock()
-			info = sl.m.info()
+			info = sl.m.infoFor(from)
 			sl.mu.Unlock()
 		}
 		info.SteppingAside = !s.eligible(c)
@@ -680,8 +680,9 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 		if sl := s.existingSlot(c); sl != nil {
 			s.onLoop(func() {
 				sl.mu.Lock()
-				sl.m.Retire(from, b.Retire.Epoch)
+				eff := sl.m.Retire(from, b.Retire.Epoch)
 				sl.mu.Unlock()
+				s.run(c, sl, eff)
 			})
 		}
 		out = &pb.Message{Body: &pb.Message_Ack{Ack: &pb.Ack{}}}

@@ -15,7 +15,11 @@
 // the exchanges running across it fail at once, as a reset connection
 // does; Drop instead loses one message silently (its caller waits until
 // its context ends). Peers on each side of a change of links are told
-// through Notify, as libp2p's connection notifications do.
+// through Notify, as libp2p's connection notifications do. A crash can
+// also leave the peer lingering (CrashLingering): the peers linked to it
+// are not told, and keep listing it among their routing, connected and
+// topic peers, as a host whose peer died without closing its connections
+// does, until Forget tells them; calls to it fail at once all the same.
 //
 // The package must not import regions (whose tests use it), so it speaks
 // the Transport's types only: bytes, peer IDs and regions/topic.
@@ -290,7 +294,16 @@ func (n *Network) deliverLocked(m *Message) {
 // Crash makes p silent for good: its queued messages are dropped, the
 // exchanges it takes part in fail, and the peers linked to it hear that
 // its connection closed.
-func (n *Network) Crash(id peer.ID) {
+func (n *Network) Crash(id peer.ID) { n.crash(id, false) }
+
+// CrashLingering makes p silent for good as Crash does, but the peers
+// linked to it hear nothing: it lingers in their routing, connected and
+// topic peer lists (with the topics it was subscribed to) until Forget,
+// while every call to it fails at once. So a script can show a peer
+// acting on a view that still holds peers that just crashed.
+func (n *Network) CrashLingering(id peer.ID) { n.crash(id, true) }
+
+func (n *Network) crash(id peer.ID, linger bool) {
 	n.mu.Lock()
 	p := n.peers[id]
 	if p == nil || !p.up {
@@ -303,11 +316,44 @@ func (n *Network) Crash(id peer.ID) {
 			linked = append(linked, q)
 		}
 	}
+	if linger {
+		p.lingerTopics = map[string]bool{}
+		for name, ch := range p.topics {
+			if ch.subscribed {
+				p.lingerTopics[name] = true
+			}
+		}
+	}
 	p.up = false
 	n.cutLocked(func(m *Message) bool { return m.From == id || m.To == id })
 	var calls []func()
 	for _, q := range linked {
+		if linger {
+			if q.lingering == nil {
+				q.lingering = map[peer.ID]bool{}
+			}
+			q.lingering[id] = true
+			continue
+		}
 		calls = append(calls, q.notifyLocked(id, false)...)
+	}
+	n.mu.Unlock()
+	run(calls)
+}
+
+// Forget ends the lingering of a peer crashed by CrashLingering: the peers
+// that still listed it drop it and hear that its connection closed.
+func (n *Network) Forget(id peer.ID) {
+	n.mu.Lock()
+	var calls []func()
+	for _, q := range n.sortedPeersLocked() {
+		if !q.lingering[id] {
+			continue
+		}
+		delete(q.lingering, id)
+		if q.up {
+			calls = append(calls, q.notifyLocked(id, false)...)
+		}
 	}
 	n.mu.Unlock()
 	run(calls)

@@ -207,3 +207,94 @@ func TestTopicValidatorDecides(t *testing.T) {
 		}
 	})
 }
+
+// TestCrashLingeringStaysListedUntilForgotten: a peer crashed lingering
+// stays in the lists of the peers linked to it (routing, connected, topic)
+// with no notification, yet calls to it fail at once and nothing
+// published reaches it; Forget drops it and tells them it went down. A
+// peer that was not linked to it never lists it.
+func TestCrashLingeringStaysListedUntilForgotten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := New()
+		defer n.Close()
+		n.SetManual(true)
+		ps := peers(t, n, 2)
+		var mu sync.Mutex
+		var events []string
+		ps[0].Notify(func(p peer.ID) {}, func(p peer.ID) {
+			mu.Lock()
+			events = append(events, "down "+p.String())
+			mu.Unlock()
+		})
+		accept := func(peer.ID, []byte) (pubsub.ValidationResult, any) { return pubsub.ValidationAccept, nil }
+		var pub interface {
+			Publish(context.Context, []byte) error
+		}
+		for i, p := range ps {
+			ch, err := p.JoinTopic("t", accept)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ch.Subscribe(t.Context(), 8, func(peer.ID, any) {}); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				pub = ch
+			}
+		}
+		gone := ps[1].ID()
+		n.CrashLingering(gone)
+		late, err := n.Add(key(t, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		listed := func(p *Peer) []string {
+			var out []string
+			if slices.Contains(p.RoutingPeers(), gone) {
+				out = append(out, "routing")
+			}
+			if slices.Contains(p.ConnectedPeers(), gone) {
+				out = append(out, "connected")
+			}
+			if slices.Contains(p.TopicPeers("t"), gone) {
+				out = append(out, "topic")
+			}
+			if p.Connected(gone) {
+				out = append(out, "Connected")
+			}
+			return out
+		}
+		if got := listed(ps[0]); !slices.Equal(got, []string{"routing", "connected", "topic", "Connected"}) {
+			t.Fatalf("lingering peer listed in %v, want every list", got)
+		}
+		if got := listed(late); len(got) != 0 {
+			t.Fatalf("a peer added after the crash lists it in %v", got)
+		}
+		if _, err := ps[0].Call(context.Background(), gone, nil); !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("call to a lingering peer: %v, want unreachable", err)
+		}
+		if err := pub.Publish(context.Background(), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if q := n.Pending(); len(q) != 0 {
+			t.Fatalf("queued %d messages to a crashed peer", len(q))
+		}
+		mu.Lock()
+		if len(events) != 0 {
+			t.Fatalf("notified %v before Forget", events)
+		}
+		mu.Unlock()
+
+		n.Forget(gone)
+		synctest.Wait()
+		if got := listed(ps[0]); len(got) != 0 {
+			t.Fatalf("forgotten peer still listed in %v", got)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"down " + gone.String()}; !slices.Equal(events, want) {
+			t.Fatalf("notifications %v, want %v", events, want)
+		}
+	})
+}

@@ -29,6 +29,11 @@ type Peer struct {
 	nextNotifier  int
 	topics        map[string]*channel
 	removed       map[peer.ID]bool // dropped from its routing table
+	// lingering are the crashed peers p still lists (CrashLingering) until
+	// Forget; lingerTopics, of a peer crashed so, the topics it was
+	// subscribed to then, which those lists keep showing.
+	lingering    map[peer.ID]bool
+	lingerTopics map[string]bool
 }
 
 type notifier struct{ up, down func(peer.ID) }
@@ -108,11 +113,16 @@ func (p *Peer) Notify(up, down func(peer.ID)) func() {
 	}
 }
 
+// Connected is true of a lingering peer too: its connection has not
+// noticed the crash.
 func (p *Peer) Connected(id peer.ID) bool {
 	p.net.mu.Lock()
 	defer p.net.mu.Unlock()
-	return p.net.linkedLocked(p, p.net.peers[id])
+	return p.net.linkedLocked(p, p.net.peers[id]) || p.listsLingeringLocked(id)
 }
+
+// listsLingeringLocked reports whether p, up, still lists id, crashed.
+func (p *Peer) listsLingeringLocked(id peer.ID) bool { return p.up && p.lingering[id] }
 
 func (p *Peer) Connect(_ context.Context, id peer.ID) error {
 	if !p.Connected(id) {
@@ -135,11 +145,12 @@ func (p *Peer) ServesRegions(id peer.ID) bool {
 	return q != nil && q.served
 }
 
-// linkedPeersLocked lists the peers linked to p, by ID.
+// linkedPeersLocked lists the peers linked to p, and the crashed ones it
+// still lists, by ID.
 func (p *Peer) linkedPeersLocked() []peer.ID {
 	var out []peer.ID
 	for _, q := range p.net.sortedPeersLocked() {
-		if q != p && p.net.linkedLocked(p, q) {
+		if q != p && (p.net.linkedLocked(p, q) || p.listsLingeringLocked(q.id)) {
 			out = append(out, q.id)
 		}
 	}
@@ -212,7 +223,11 @@ func (p *Peer) TopicPeers(name string) []peer.ID {
 
 func (p *Peer) topicPeersLocked(name string) []peer.ID {
 	return slices.DeleteFunc(p.linkedPeersLocked(), func(id peer.ID) bool {
-		ch := p.net.peers[id].topics[name]
+		q := p.net.peers[id]
+		if p.listsLingeringLocked(id) {
+			return !q.lingerTopics[name]
+		}
+		ch := q.topics[name]
 		return ch == nil || !ch.subscribed
 	})
 }
@@ -259,6 +274,9 @@ func (c *channel) Publish(_ context.Context, data []byte) error {
 		n.goLocked(func() { c.receive(c.p.id, data) })
 	}
 	for _, id := range c.p.topicPeersLocked(c.name) {
+		if !n.linkedLocked(c.p, n.peers[id]) {
+			continue // a lingering peer: what is sent to it is lost
+		}
 		n.enqueueLocked(&Message{From: c.p.id, To: id, Kind: KindEvent, Topic: c.name, Data: data})
 	}
 	return nil
