@@ -237,6 +237,11 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 	var mu sync.Mutex
 	seen := map[Key]bool{}
 	joined := make(chan Event, 1)
+	// everything is closed by the delivery that completes the set; a
+	// member event is announced on membersChanged after the membership
+	// changed, so a check after each announcement misses none.
+	everything := make(chan struct{})
+	membersChanged := make(chan struct{}, 1)
 	m := NewMember(node, tr, WallClock{}, MemberOptions{
 		OnDeliver: func(d Delivery) {
 			mu.Lock()
@@ -247,10 +252,19 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 			}
 			seen[d.Key] = true
 			res.Delivered[d.Source]++
+			if len(seen) == 2*netnsPackets {
+				close(everything)
+			}
 		},
 		OnEvent: func(e Event) {
-			if e.Kind == EventJoined || e.Kind == EventDenied {
+			switch e.Kind {
+			case EventJoined, EventDenied:
 				joined <- e
+			case EventMemberJoined, EventMemberDropped:
+				select {
+				case membersChanged <- struct{}{}:
+				default: // a check is pending already
+				}
 			}
 		},
 	})
@@ -271,23 +285,18 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 			return fail(fmt.Errorf("join: no answer from the authority"))
 		}
 	}
-	poll := func(limit time.Duration, cond func() bool) bool {
-		deadline := time.Now().Add(limit)
-		for time.Now().Before(deadline) {
-			if cond() {
-				return true
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		return cond()
-	}
 	knowsAll := func() bool {
 		var n int
 		m.Inspect(func(nd *Node) { n = len(nd.Members()) })
 		return n == 2
 	}
-	if !poll(20*time.Second, knowsAll) {
-		return fail(fmt.Errorf("never learned the other two members"))
+	learnTimeout := time.After(20 * time.Second)
+	for !knowsAll() {
+		select {
+		case <-membersChanged:
+		case <-learnTimeout:
+			return fail(fmt.Errorf("never learned the other two members"))
+		}
 	}
 	m.Inspect(func(nd *Node) { res.ID = nd.ID() })
 	// Send only once every member knows every other, so that each counts
@@ -307,21 +316,23 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 	if err := barrier("ready"); err != nil {
 		return fail(err)
 	}
+	// One packet every 3 ms: a steady stream the receivers' loss and
+	// repair work on, not a burst.
+	pace := time.NewTicker(3 * time.Millisecond)
 	for seq := 1; seq <= netnsPackets; seq++ {
 		if err := m.Send(testPayload(res.ID, uint32(seq), 48)); err != nil {
+			pace.Stop()
 			return fail(err)
 		}
-		time.Sleep(3 * time.Millisecond)
+		<-pace.C
 	}
-	complete := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen) == 2*netnsPackets
-	}
+	pace.Stop()
 	// Stay, answering the others' repair requests, until every member has
 	// everything; a member that has not after 30 s reports what it got.
-	if poll(30*time.Second, complete) {
+	select {
+	case <-everything:
 		_ = barrier("done") // if it fails, another member failed and says so
+	case <-time.After(30 * time.Second):
 	}
 	res.Metrics = m.Metrics().Counters()
 	mu.Lock()
