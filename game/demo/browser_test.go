@@ -57,11 +57,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 	// poll evaluates a JS expression until it is truthy or within passes.
 	poll := func(within time.Duration, what, expr string) string {
 		t.Helper()
-		v, err := evalUntil(deadline, within, what, expr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
+		return browsertest.MustUntil(t, deadline, within, what, expr)
 	}
 	// The issue's bar: the canvas and at least five other players within 20 s.
 	others := poll(20*time.Second, "the canvas and five other players", `(() => { const o = window.overworld;
@@ -79,7 +75,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 		if err := chromedp.Do(deadline, browsertest.KeyAction(key, true)); err != nil {
 			t.Fatal(err)
 		}
-		moved, _ = evalUntil(deadline, 3*time.Second, "a move", elsewhere(status, start))
+		moved, _ = browsertest.Until(deadline, 3*time.Second, "a move", elsewhere(status, start))
 		if err := chromedp.Do(deadline, browsertest.KeyAction(key, false)); err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +98,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 	// The name is what the page shows: the bot's own name once its card has
 	// arrived, else the end of its peer ID; both must reach it.
 	var target, targetID string
-	await.Until(t, remaining(deadline), "a bot in view", func() bool {
+	await.Until(t, browsertest.Remaining(deadline), "a bot in view", func() bool {
 		for _, pv := range d.Player.Snapshot().Players {
 			if pv.Name != "" && pv.Name != d.Player.Name() {
 				target, targetID = pv.Name, pv.ID
@@ -127,7 +123,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 		if err := chromedp.Do(deadline, chromedp.KeyEvent("/w "+target+" "+line), chromedp.KeyEvent(kb.Enter)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := evalUntil(deadline, 10*time.Second, "the whisper in the log", shown); err == nil {
+		if _, err := browsertest.Until(deadline, 10*time.Second, "the whisper in the log", shown); err == nil {
 			break
 		}
 		if attempt == 5 {
@@ -137,7 +133,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 		t.Logf("whisper try %d not acknowledged yet; typing it again", attempt)
 	}
 	var hearer *play.Peer
-	await.Until(t, remaining(deadline), "the whispered bot hearing the line", func() bool {
+	await.Until(t, browsertest.Remaining(deadline), "the whispered bot hearing the line", func() bool {
 		for _, b := range d.Bots {
 			for _, m := range b.Messages() {
 				if m.Kind == "whisper" && m.From == d.Player.Name() && m.Text == line {
@@ -167,35 +163,8 @@ func TestBrowserPlaysDemo(t *testing.T) {
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
 }
 
-// evalUntil evaluates the page's JavaScript expr until it returns a
-// non-empty string, and returns it; within (and ctx) bound the wait. The
-// page announces nothing to the test, so it is asked again at await's
-// growing interval.
-func evalUntil(ctx context.Context, within time.Duration, what, expr string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	var v string
-	var last error
-	if err := await.UntilErr(within, what, func() bool {
-		v, last = chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		return last == nil && v != ""
-	}); err != nil {
-		return "", fmt.Errorf("%w (last error %v)", err, last)
-	}
-	return v, nil
-}
-
 // elsewhere wraps the JavaScript expression pos (a position, or "") into
 // one that is non-empty only once the position differs from was.
 func elsewhere(pos, was string) string {
 	return `(() => { const v = ` + pos + `; return v !== '` + was + `' ? v : ''; })()`
-}
-
-// remaining is what is left of ctx's deadline.
-func remaining(ctx context.Context) time.Duration {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		panic("remaining: a context without a deadline")
-	}
-	return time.Until(dl)
 }

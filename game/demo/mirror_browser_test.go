@@ -45,11 +45,7 @@ func TestBrowserPlaysMirrorDemo(t *testing.T) {
 	}
 	poll := func(within time.Duration, what, expr string) string {
 		t.Helper()
-		v, err := evalUntil(deadline, within, what, expr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
+		return browsertest.MustUntil(t, deadline, within, what, expr)
 	}
 	others := poll(30*time.Second, "the canvas and three other players", `(() => { const o = window.overworld;
 		const c = document.getElementById('world');
@@ -71,7 +67,7 @@ func TestBrowserPlaysMirrorDemo(t *testing.T) {
 		if err := chromedp.Do(deadline, browsertest.KeyAction(key, true)); err != nil {
 			t.Fatal(err)
 		}
-		moved, _ = evalUntil(deadline, 3*time.Second, "a move", elsewhere(status, start))
+		moved, _ = browsertest.Until(deadline, 3*time.Second, "a move", elsewhere(status, start))
 		if err := chromedp.Do(deadline, browsertest.KeyAction(key, false)); err != nil {
 			t.Fatal(err)
 		}
