@@ -112,9 +112,20 @@ func TestOverlayOfTwelvePeers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	await.Until(t, 2*time.Minute, "publisher to see all subscribers", func() bool {
-		return len(topics[0].ListPeers()) == peers-1
-	})
+	// The publisher's topic announces every subscriber it learns of;
+	// subscribed to before the first look, it misses none.
+	joins, err := topics[0].EventHandler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer joins.Cancel()
+	joinCtx, cancelJoin := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancelJoin()
+	for len(topics[0].ListPeers()) != peers-1 {
+		if _, err := joins.NextPeerEvent(joinCtx); err != nil {
+			t.Fatalf("publisher sees %d of %d subscribers: %v", len(topics[0].ListPeers()), peers-1, err)
+		}
+	}
 	t.Logf("publisher sees every subscriber after %s", time.Since(began))
 	if err := topics[0].Publish(ctx, []byte("hello, world")); err != nil {
 		t.Fatal(err)
