@@ -184,16 +184,30 @@ func TestWebSocketRestoreAndSave(t *testing.T) {
 		<-pace.C
 	}
 	await.Until(t, 5*time.Second, "a status line", func() bool { return c.View().Status.Mirror == 2 })
+	// Mirror 2 took the last input once an update says so; the input went
+	// out stamped with a tick at most one past that update's leading tick
+	// (a second input in one tick is held for the next).
+	var taken uint64
+	await.Until(t, 5*time.Second, "mirror 2 taking alice's last input", func() bool {
+		cv := c.View()
+		taken = cv.LeadingTick
+		return cv.InputSeq >= c.LastSeq()
+	})
 	var moved game.Player
-	// The walk is over once the confirmed (last trailing) state has caught
-	// up with the leading one and shows alice away from where she started.
+	// The walk is over once mirror 1's confirmed (last trailing) state has
+	// passed the last input's tick and agrees with its leading one, away
+	// from where alice started. (Without the tick, both states could agree
+	// on a spot short of the end while the last inputs are still on their
+	// way to mirror 1.)
 	await.Until(t, 10*time.Second, "mirror 1's confirmed state showing alice's whole walk", func() bool {
 		var lead game.Player
+		var lastTick uint64
 		g.mirrors[0].Inspect(func(leading, last *State) {
 			lead, _ = leading.World().Player(v.Player)
 			moved, _ = last.World().Player(v.Player)
+			lastTick = last.Tick()
 		})
-		return moved.Pos != pos && moved.Pos == lead.Pos
+		return lastTick > taken+1 && moved.Pos != pos && moved.Pos == lead.Pos
 	})
 	if err := c.Close(); err != nil && !strings.Contains(err.Error(), "closed") {
 		t.Logf("close: %v", err)
