@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // The real-multicast test: three network namespaces on a bridge (inside a
@@ -237,11 +239,8 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 	var mu sync.Mutex
 	seen := map[Key]bool{}
 	joined := make(chan Event, 1)
-	// everything is closed by the delivery that completes the set; a
-	// member event is announced on membersChanged after the membership
-	// changed, so a check after each announcement misses none.
+	// everything is closed by the delivery that completes the set.
 	everything := make(chan struct{})
-	membersChanged := make(chan struct{}, 1)
 	m := NewMember(node, tr, WallClock{}, MemberOptions{
 		OnDeliver: func(d Delivery) {
 			mu.Lock()
@@ -257,14 +256,8 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 			}
 		},
 		OnEvent: func(e Event) {
-			switch e.Kind {
-			case EventJoined, EventDenied:
+			if e.Kind == EventJoined || e.Kind == EventDenied {
 				joined <- e
-			case EventMemberJoined, EventMemberDropped:
-				select {
-				case membersChanged <- struct{}{}:
-				default: // a check is pending already
-				}
 			}
 		},
 	})
@@ -290,13 +283,10 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 		m.Inspect(func(nd *Node) { n = len(nd.Members()) })
 		return n == 2
 	}
-	learnTimeout := time.After(20 * time.Second)
-	for !knowsAll() {
-		select {
-		case <-membersChanged:
-		case <-learnTimeout:
-			return fail(fmt.Errorf("never learned the other two members"))
-		}
+	// A member is also learned from its first packet, which no event
+	// announces: the membership is checked, not awaited.
+	if err := await.UntilErr(20*time.Second, "the other two members", knowsAll); err != nil {
+		return fail(err)
 	}
 	m.Inspect(func(nd *Node) { res.ID = nd.ID() })
 	// Send only once every member knows every other, so that each counts
