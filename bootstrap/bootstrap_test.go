@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	ma "github.com/multiformats/go-multiaddr"
 
@@ -43,7 +44,16 @@ func TestBootstrapNodeServesDHTRelayAndAutoNAT(t *testing.T) {
 		"/libp2p/circuit/relay/0.2.0/hop",
 		"/libp2p/autonat/1.0.0",
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	// The player learns them by identify, which announces every change on
+	// the event bus; subscribed before the first look, no change is missed.
+	updates, err := player.Host().EventBus().Subscribe([]any{
+		new(event.EvtPeerIdentificationCompleted), new(event.EvtPeerProtocolsUpdated),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer updates.Close()
+	timeout := time.After(30 * time.Second)
 	for {
 		got, err := player.Host().Peerstore().GetProtocols(id)
 		if err != nil {
@@ -53,10 +63,11 @@ func TestBootstrapNodeServesDHTRelayAndAutoNAT(t *testing.T) {
 		if len(missing) == 0 {
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-updates.Out():
+		case <-timeout:
 			t.Fatalf("bootstrap node does not offer %v; it offers %v", missing, got)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 
 	// Same key file, same identity.

@@ -16,6 +16,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 var loopbackTCP = ma.StringCast("/ip4/127.0.0.1/tcp/0")
@@ -39,18 +41,6 @@ func startNode(t *testing.T, opts ...Option) *Node {
 	return n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestOverlayOfTwelvePeers(t *testing.T) {
 	const peers = 12
 	began := time.Now()
@@ -63,7 +53,7 @@ func TestOverlayOfTwelvePeers(t *testing.T) {
 
 	// Every peer's routing table fills: it knows every other node.
 	for i, n := range nodes {
-		waitFor(t, 2*time.Minute, fmt.Sprintf("peer %d routing table to hold all %d others", i, peers),
+		await.Until(t, 2*time.Minute, fmt.Sprintf("peer %d routing table to hold all %d others", i, peers),
 			func() bool { return n.DHT().RoutingTable().Size() == len(all)-1 })
 		// Joined is signalled by the join loop's next poll of the table,
 		// so it may trail the table filling by a poll interval.
@@ -122,9 +112,20 @@ func TestOverlayOfTwelvePeers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 2*time.Minute, "publisher to see all subscribers", func() bool {
-		return len(topics[0].ListPeers()) == peers-1
-	})
+	// The publisher's topic announces every subscriber it learns of;
+	// subscribed to before the first look, it misses none.
+	joins, err := topics[0].EventHandler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer joins.Cancel()
+	joinCtx, cancelJoin := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancelJoin()
+	for len(topics[0].ListPeers()) != peers-1 {
+		if _, err := joins.NextPeerEvent(joinCtx); err != nil {
+			t.Fatalf("publisher sees %d of %d subscribers: %v", len(topics[0].ListPeers()), peers-1, err)
+		}
+	}
 	t.Logf("publisher sees every subscriber after %s", time.Since(began))
 	if err := topics[0].Publish(ctx, []byte("hello, world")); err != nil {
 		t.Fatal(err)
@@ -152,7 +153,7 @@ func TestOverlayOfTwelvePeers(t *testing.T) {
 	}
 
 	// The node's metrics saw it all: peers, table size, pubsub traffic.
-	waitFor(t, time.Minute, "metrics to report peers, table size and delivered messages", func() bool {
+	await.Until(t, time.Minute, "metrics to report peers, table size and delivered messages", func() bool {
 		m := gatherValues(t, nodes[1])
 		return m["overworld_node_connected_peers"] >= 1 &&
 			m["overworld_node_dht_routing_table_peers"] == float64(len(all)-1) &&
@@ -292,7 +293,7 @@ func TestUnreachableBootstrapRetries(t *testing.T) {
 	}
 	gone := peer.AddrInfo{ID: id, Addrs: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/1")}}
 	n := startNode(t, WithBootstrapPeers(gone))
-	waitFor(t, 30*time.Second, "three failed bootstrap rounds", func() bool { return n.JoinAttempts() >= 3 })
+	await.Until(t, 30*time.Second, "three failed bootstrap rounds", func() bool { return n.JoinAttempts() >= 3 })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

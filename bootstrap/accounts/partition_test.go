@@ -10,6 +10,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/bootstrap/leases"
 	"github.com/overworld-p2p/overworld/bootstrap/leases/leasetest"
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // Ways the link between a coordinator and the account server fails.
@@ -42,19 +43,6 @@ func (t *cuttableTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	return t.base.RoundTrip(req)
 }
 
-// pollUntil checks cond every few milliseconds until it holds or the
-// deadline passes.
-func pollUntil(t *testing.T, what string, deadline time.Duration, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", deadline, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestPartitionLeaseHandOver: two coordinators of one region hold their
 // leases from a real account server over HTTP. The first is cut off
 // (requests lost, or answers lost); it must stop committing within its
@@ -76,7 +64,7 @@ func TestPartitionLeaseHandOver(t *testing.T) {
 					c.Now = time.Now
 					c.OnLease = rec.Granted
 				})
-				newHolder := func(name string) (*leases.Holder, *cuttableTransport, string) {
+				newHolder := func(name string, onChange func(leases.Status)) (*leases.Holder, *cuttableTransport, string) {
 					tr := &cuttableTransport{base: http.DefaultTransport}
 					c, err := NewClient(e.http.URL, WithHTTPClient(&http.Client{Transport: tr}))
 					if err != nil {
@@ -89,7 +77,7 @@ func TestPartitionLeaseHandOver(t *testing.T) {
 					if _, err := c.Login(t.Context(), name, "password-"+name, id); err != nil {
 						t.Fatal(err)
 					}
-					h, err := leases.NewHolder(leases.HolderConfig{Region: region, Client: c, RetryEvery: 50 * time.Millisecond, Logger: quietLogger()})
+					h, err := leases.NewHolder(leases.HolderConfig{Region: region, Client: c, RetryEvery: 50 * time.Millisecond, Logger: quietLogger(), OnChange: onChange})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -97,8 +85,15 @@ func TestPartitionLeaseHandOver(t *testing.T) {
 				}
 				// Commits are logged under the holder's peer ID, the name
 				// the server grants leases to.
-				a, linkA, peerA := newHolder("old-coord-" + string(rune('a'+mode.mode)))
-				b, _, peerB := newHolder("new-coord-" + string(rune('a'+mode.mode)))
+				// A announces its first grant (OnChange must not block).
+				aHolds := make(chan struct{})
+				var aHeld sync.Once
+				a, linkA, peerA := newHolder("old-coord-"+string(rune('a'+mode.mode)), func(st leases.Status) {
+					if st.Held {
+						aHeld.Do(func() { close(aHolds) })
+					}
+				})
+				b, _, peerB := newHolder("new-coord-"+string(rune('a'+mode.mode)), nil)
 
 				ctx, cancel := context.WithCancel(t.Context())
 				commitCtx, stopCommits := context.WithCancel(ctx)
@@ -106,13 +101,20 @@ func TestPartitionLeaseHandOver(t *testing.T) {
 				var commitsA, commitsB atomic.Int64
 				commit := func(h *leases.Holder, name string, n *atomic.Int64) {
 					committers.Go(func() {
+						// A commit every 2 ms: fine enough to catch a
+						// holder committing past its lease.
+						every := time.NewTicker(2 * time.Millisecond)
+						defer every.Stop()
 						for commitCtx.Err() == nil {
 							now := time.Now()
 							if id, ok := h.Valid(now); ok {
 								rec.Committed(leasetest.Commit{Region: region, Holder: name, LeaseID: id, At: now})
 								n.Add(1)
 							}
-							time.Sleep(2 * time.Millisecond)
+							select {
+							case <-every.C:
+							case <-commitCtx.Done():
+							}
 						}
 					})
 				}
@@ -124,21 +126,25 @@ func TestPartitionLeaseHandOver(t *testing.T) {
 				}()
 
 				holders.Go(func() { a.Run(ctx) })
-				pollUntil(t, "A to hold the lease", 10*time.Second, func() bool { return a.Status().Held })
+				select {
+				case <-aHolds:
+				case <-time.After(10 * time.Second):
+					t.Fatal("timed out after 10s waiting for A to hold the lease")
+				}
 				holders.Go(func() { b.Run(ctx) })
 				commit(a, peerA, &commitsA)
 				commit(b, peerB, &commitsB)
-				pollUntil(t, "A to commit", 10*time.Second, func() bool { return commitsA.Load() >= 20 })
+				await.Until(t, 10*time.Second, "A to commit", func() bool { return commitsA.Load() >= 20 })
 
 				linkA.mode.Store(mode.mode)
-				pollUntil(t, "A to stop and B to take over", 20*time.Second, func() bool {
+				await.Until(t, 20*time.Second, "A to stop and B to take over", func() bool {
 					return !a.Status().Held && commitsB.Load() >= 20
 				})
 				stoppedA := commitsA.Load()
 
 				linkA.mode.Store(linkUp)
 				seenB := commitsB.Load()
-				pollUntil(t, "B to keep committing after the heal", 10*time.Second, func() bool { return commitsB.Load() >= seenB+20 })
+				await.Until(t, 10*time.Second, "B to keep committing after the heal", func() bool { return commitsB.Load() >= seenB+20 })
 				stopCommits()
 				committers.Wait()
 				cancel()

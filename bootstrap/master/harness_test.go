@@ -21,6 +21,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 const (
@@ -207,23 +209,22 @@ func startMaster(t *testing.T, store *Store, cfg Config, addr string) *testMaste
 }
 
 // listenRetry listens on addr; a restarted master takes its old port
-// again, which the kernel may hold a moment longer.
+// again, which the kernel may hold a moment longer (and says nothing when
+// it lets go, so the test tries again).
 func listenRetry(t *testing.T, addr string) net.Listener {
 	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ln, err := net.Listen("tcp", addr)
-		if err == nil {
-			return ln
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("listen %s: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var ln net.Listener
+	var last error
+	if err := await.UntilErr(10*time.Second, "listening on "+addr, func() bool {
+		ln, last = net.Listen("tcp", addr)
+		return last == nil
+	}); err != nil {
+		t.Fatalf("%v: %v", err, last)
 	}
+	return ln
 }
 
 // cuttable is an HTTP transport the test can cut, as if the host lost
@@ -346,18 +347,6 @@ func (tr *testRegistrar) sendCount() int {
 }
 
 func accepted(s sendRecord) bool { return s.err == nil }
-
-// eventually polls cond until it holds, failing after a minute.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // counterValue reads a counter or gauge.
 func counterValue(c prometheus.Metric) float64 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/overworld-p2p/overworld/game/play"
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // TestAggregatedDemo starts the demo in aggregated mode: the players send
@@ -20,9 +21,10 @@ func TestAggregatedDemo(t *testing.T) {
 	}
 	defer d.Close()
 	all := append([]*play.Peer{d.Player}, d.Bots...)
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		batches, uplinked := uint64(0), 0
+	var batches uint64
+	var uplinked, seen int
+	if err := await.UntilErr(90*time.Second, "batches published and every player seen", func() bool {
+		batches, uplinked = 0, 0
 		for _, p := range all {
 			st := p.PositionStats()
 			batches += st.BatchesPublished
@@ -30,15 +32,11 @@ func TestAggregatedDemo(t *testing.T) {
 				uplinked++
 			}
 		}
-		seen := len(d.Player.Snapshot().Players)
-		if batches > 0 && uplinked == len(all) && seen == len(d.Bots) {
-			t.Logf("%d batches published, every player sent to a coordinator, the player sees %d bots", batches, seen)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 90s: %d batches, %d of %d players sent to a coordinator, the player sees %d of %d bots",
-				batches, uplinked, len(all), seen, len(d.Bots))
-		}
-		time.Sleep(50 * time.Millisecond)
+		seen = len(d.Player.Snapshot().Players)
+		return batches > 0 && uplinked == len(all) && seen == len(d.Bots)
+	}); err != nil {
+		t.Fatalf("%v: %d batches, %d of %d players sent to a coordinator, the player sees %d of %d bots",
+			err, batches, uplinked, len(all), seen, len(d.Bots))
 	}
+	t.Logf("%d batches published, every player sent to a coordinator, the player sees %d bots", batches, seen)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/game/play"
 	"github.com/overworld-p2p/overworld/game/webui/browsertest"
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 func demoLogger() *slog.Logger {
@@ -56,21 +57,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 	// poll evaluates a JS expression until it is truthy or within passes.
 	poll := func(within time.Duration, what, expr string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(deadline, within)
-		defer cancel()
-		var lastErr error
-		for {
-			v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-			if err == nil && v != "" {
-				return v
-			}
-			lastErr = err
-			select {
-			case <-ctx.Done():
-				t.Fatalf("waiting %s for %s: %v (last error %v)", within, what, ctx.Err(), lastErr)
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
+		return browsertest.MustUntil(t, deadline, within, what, expr)
 	}
 	// The issue's bar: the canvas and at least five other players within 20 s.
 	others := poll(20*time.Second, "the canvas and five other players", `(() => { const o = window.overworld;
@@ -88,14 +75,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 		if err := chromedp.Do(deadline, browsertest.KeyAction(key, true)); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(deadline, 3*time.Second)
-		for moved == "" && ctx.Err() == nil {
-			if v, err := chromedp.Run(ctx, chromedp.Evaluate[string](status)); err == nil && v != "" && v != start {
-				moved = v
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		cancel()
+		moved, _ = browsertest.Until(deadline, 3*time.Second, "a move", elsewhere(status, start))
 		if err := chromedp.Do(deadline, browsertest.KeyAction(key, false)); err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +98,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 	// The name is what the page shows: the bot's own name once its card has
 	// arrived, else the end of its peer ID; both must reach it.
 	var target, targetID string
-	deadlineWait(t, deadline, "a bot in view", func() bool {
+	await.Until(t, browsertest.Remaining(deadline), "a bot in view", func() bool {
 		for _, pv := range d.Player.Snapshot().Players {
 			if pv.Name != "" && pv.Name != d.Player.Name() {
 				target, targetID = pv.Name, pv.ID
@@ -143,7 +123,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 		if err := chromedp.Do(deadline, chromedp.KeyEvent("/w "+target+" "+line), chromedp.KeyEvent(kb.Enter)); err != nil {
 			t.Fatal(err)
 		}
-		if lineShown(deadline, shown, 10*time.Second) {
+		if _, err := browsertest.Until(deadline, 10*time.Second, "the whisper in the log", shown); err == nil {
 			break
 		}
 		if attempt == 5 {
@@ -153,7 +133,7 @@ func TestBrowserPlaysDemo(t *testing.T) {
 		t.Logf("whisper try %d not acknowledged yet; typing it again", attempt)
 	}
 	var hearer *play.Peer
-	deadlineWait(t, deadline, "the whispered bot hearing the line", func() bool {
+	await.Until(t, browsertest.Remaining(deadline), "the whispered bot hearing the line", func() bool {
 		for _, b := range d.Bots {
 			for _, m := range b.Messages() {
 				if m.Kind == "whisper" && m.From == d.Player.Name() && m.Text == line {
@@ -183,31 +163,8 @@ func TestBrowserPlaysDemo(t *testing.T) {
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
 }
 
-// deadlineWait polls cond until it holds or ctx ends.
-func deadlineWait(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// lineShown polls the page's JavaScript expr until it returns non-empty or
-// within passes.
-func lineShown(ctx context.Context, expr string, within time.Duration) bool {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	for {
-		if v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr)); err == nil && v != "" {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+// elsewhere wraps the JavaScript expression pos (a position, or "") into
+// one that is non-empty only once the position differs from was.
+func elsewhere(pos, was string) string {
+	return `(() => { const v = ` + pos + `; return v !== '` + was + `' ? v : ''; })()`
 }

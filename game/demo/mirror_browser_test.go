@@ -12,6 +12,8 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/webui/browsertest"
+	"github.com/overworld-p2p/overworld/node/await"
+	"github.com/overworld-p2p/overworld/node/mirror"
 )
 
 // TestBrowserPlaysMirrorDemo runs the mirror-mode demo (three mirrors,
@@ -43,21 +45,7 @@ func TestBrowserPlaysMirrorDemo(t *testing.T) {
 	}
 	poll := func(within time.Duration, what, expr string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(deadline, within)
-		defer cancel()
-		var lastErr error
-		for {
-			v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-			if err == nil && v != "" {
-				return v
-			}
-			lastErr = err
-			select {
-			case <-ctx.Done():
-				t.Fatalf("waiting %s for %s: %v (last error %v)", within, what, ctx.Err(), lastErr)
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
+		return browsertest.MustUntil(t, deadline, within, what, expr)
 	}
 	others := poll(30*time.Second, "the canvas and three other players", `(() => { const o = window.overworld;
 		const c = document.getElementById('world');
@@ -79,14 +67,7 @@ func TestBrowserPlaysMirrorDemo(t *testing.T) {
 		if err := chromedp.Do(deadline, browsertest.KeyAction(key, true)); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(deadline, 3*time.Second)
-		for moved == "" && ctx.Err() == nil {
-			if v, err := chromedp.Run(ctx, chromedp.Evaluate[string](status)); err == nil && v != "" && v != start {
-				moved = v
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		cancel()
+		moved, _ = browsertest.Until(deadline, 3*time.Second, "a move", elsewhere(status, start))
 		if err := chromedp.Do(deadline, browsertest.KeyAction(key, false)); err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +94,21 @@ func TestBrowserPlaysMirrorDemo(t *testing.T) {
 		}
 		return s
 	}
-	time.Sleep(time.Second)
+	id := game.PlayerID(d.Page.Snapshot().Self.ID)
+	await.Until(t, 10*time.Second, "every mirror's confirmed state showing the player where it stands", func() bool {
+		for _, m := range d.Mirrors {
+			var lead, last game.Player
+			var inLead, inLast bool
+			m.Inspect(func(leading, confirmed *mirror.State) {
+				lead, inLead = leading.World().Player(id)
+				last, inLast = confirmed.World().Player(id)
+			})
+			if !inLead || !inLast || lead.Pos != last.Pos {
+				return false
+			}
+		}
+		return true
+	})
 	before := readSelf()
 	d.Kill(1)
 	t.Logf("killed mirror 2 with the player at (%d,%d), score %d, skill %d", before.X, before.Y, before.Score, before.Skill)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/webui"
+	"github.com/overworld-p2p/overworld/node/await"
 	"github.com/overworld-p2p/overworld/node/mirror"
 )
 
@@ -27,19 +28,18 @@ func TestEventMirrorDemoKill(t *testing.T) {
 			t.Errorf("close: %v", err)
 		}
 	}()
+	// The page's view is taken on demand (the web server does so per
+	// frame); nothing announces a change.
 	poll := func(within time.Duration, what string, cond func(v webui.View) bool) webui.View {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
-			v := d.Page.Snapshot()
-			if v.Status.Mirror != nil && cond(v) {
-				return v
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("waited %v for %s; status %+v", within, what, v.Status.Mirror)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var v webui.View
+		if err := await.UntilErr(within, what, func() bool {
+			v = d.Page.Snapshot()
+			return v.Status.Mirror != nil && cond(v)
+		}); err != nil {
+			t.Fatalf("%v; status %+v", err, v.Status.Mirror)
 		}
+		return v
 	}
 	v := poll(60*time.Second, "the page on mirror 2 with decisions of the event protocol", func(v webui.View) bool {
 		m := v.Status.Mirror

@@ -12,6 +12,7 @@ import (
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/play"
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // failureLog records the warnings and errors of a run.
@@ -81,7 +82,13 @@ func TestCtrlCSavesTheCharacter(t *testing.T) {
 	if spot == (game.Vec{}) {
 		t.Fatal("no open ground to move the player to")
 	}
-	time.Sleep(time.Second) // play on, saving all the while
+	// Play on, saving all the while: two periodic saves after the move
+	// (saves are one at a time, so the second began after it) show the
+	// save loops running with the new state when the stop comes.
+	moved := stored(t, d, "Wanderer").Version
+	await.Until(t, 30*time.Second, "two saves of the player after the move", func() bool {
+		return stored(t, d, "Wanderer").Version >= moved+2
+	})
 	if err := d.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
@@ -107,6 +114,21 @@ func TestCtrlCSavesTheCharacter(t *testing.T) {
 	if d := int64(got.Health) - saved.Health; d < -1 || d > 1 {
 		t.Errorf("health loaded %d, saved %d", got.Health, saved.Health)
 	}
+}
+
+// stored reads name's character from a running demo's account store.
+func stored(t *testing.T, d *Demo, name string) accounts.Character {
+	t.Helper()
+	ctx := context.Background()
+	a, err := d.store.AccountByName(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := d.store.LoadCharacter(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // storedCharacter reads name's character straight from the demo's

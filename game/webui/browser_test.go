@@ -17,6 +17,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/webui/browsertest"
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // TestBrowserPlays loads the page in headless Chromium against a
@@ -72,17 +73,7 @@ func TestBrowserPlays(t *testing.T) {
 	// poll evaluates a JS expression until it is truthy.
 	poll := func(what, expr string) string {
 		t.Helper()
-		for {
-			v, err := chromedp.Run(deadline, chromedp.Evaluate[string](expr))
-			if err == nil && v != "" {
-				return v
-			}
-			select {
-			case <-deadline.Done():
-				t.Fatalf("waiting for %s: %v (last error %v)", what, deadline.Err(), err)
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+		return browsertest.MustUntil(t, deadline, browsertest.Remaining(deadline), what, expr)
 	}
 	status := `(() => { const d = document.getElementById('status').dataset;
 		return d.connected === 'true' && d.x ? d.x + ',' + d.y : ''; })()`
@@ -144,15 +135,12 @@ func TestBrowserPlays(t *testing.T) {
 	// the page must notice the drop and reconnect by itself.
 	stopServe()
 	poll("the page noticing the drop", `document.getElementById('status').dataset.connected === 'false' ? 'yes' : ''`)
-	for {
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		select {
-		case <-deadline.Done():
-			t.Fatalf("relisten on %s: %v", addr, err)
-		case <-time.After(50 * time.Millisecond):
-		}
+	// The kernel may hold the port a moment and says nothing when it lets go.
+	if werr := await.UntilErr(browsertest.Remaining(deadline), "listening on "+addr+" again", func() bool {
+		ln, err = net.Listen("tcp", addr)
+		return err == nil
+	}); werr != nil {
+		t.Fatalf("%v: %v", werr, err)
 	}
 	stopServe = serveInBackground(t, l, ln)
 	poll("reconnection", `(() => { const o = window.overworld;

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // The real-multicast test: three network namespaces on a bridge (inside a
@@ -237,6 +239,8 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 	var mu sync.Mutex
 	seen := map[Key]bool{}
 	joined := make(chan Event, 1)
+	// everything is closed by the delivery that completes the set.
+	everything := make(chan struct{})
 	m := NewMember(node, tr, WallClock{}, MemberOptions{
 		OnDeliver: func(d Delivery) {
 			mu.Lock()
@@ -247,6 +251,9 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 			}
 			seen[d.Key] = true
 			res.Delivered[d.Source]++
+			if len(seen) == 2*netnsPackets {
+				close(everything)
+			}
 		},
 		OnEvent: func(e Event) {
 			if e.Kind == EventJoined || e.Kind == EventDenied {
@@ -271,23 +278,15 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 			return fail(fmt.Errorf("join: no answer from the authority"))
 		}
 	}
-	poll := func(limit time.Duration, cond func() bool) bool {
-		deadline := time.Now().Add(limit)
-		for time.Now().Before(deadline) {
-			if cond() {
-				return true
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		return cond()
-	}
 	knowsAll := func() bool {
 		var n int
 		m.Inspect(func(nd *Node) { n = len(nd.Members()) })
 		return n == 2
 	}
-	if !poll(20*time.Second, knowsAll) {
-		return fail(fmt.Errorf("never learned the other two members"))
+	// A member is also learned from its first packet, which no event
+	// announces: the membership is checked, not awaited.
+	if err := await.UntilErr(20*time.Second, "the other two members", knowsAll); err != nil {
+		return fail(err)
 	}
 	m.Inspect(func(nd *Node) { res.ID = nd.ID() })
 	// Send only once every member knows every other, so that each counts
@@ -307,21 +306,23 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 	if err := barrier("ready"); err != nil {
 		return fail(err)
 	}
+	// One packet every 3 ms: a steady stream the receivers' loss and
+	// repair work on, not a burst.
+	pace := time.NewTicker(3 * time.Millisecond)
 	for seq := 1; seq <= netnsPackets; seq++ {
 		if err := m.Send(testPayload(res.ID, uint32(seq), 48)); err != nil {
+			pace.Stop()
 			return fail(err)
 		}
-		time.Sleep(3 * time.Millisecond)
+		<-pace.C
 	}
-	complete := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen) == 2*netnsPackets
-	}
+	pace.Stop()
 	// Stay, answering the others' repair requests, until every member has
 	// everything; a member that has not after 30 s reports what it got.
-	if poll(30*time.Second, complete) {
+	select {
+	case <-everything:
 		_ = barrier("done") // if it fails, another member failed and says so
+	case <-time.After(30 * time.Second):
 	}
 	res.Metrics = m.Metrics().Counters()
 	mu.Lock()

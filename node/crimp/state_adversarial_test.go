@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // startStateServer runs ServeState on 127.0.0.1 until the test ends.
@@ -37,22 +39,19 @@ func startStateServer(t *testing.T, cfg StateServerConfig) string {
 // until the deadline.
 func fetchUntil(t *testing.T, addr string, member MemberID, limit time.Duration) []byte {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		var got []byte
-		err := FetchState(context.Background(), addr, member, func(r io.Reader) error {
+	var got []byte
+	var last error
+	if err := await.UntilErr(limit, "the honest joiner to get the state", func() bool {
+		last = FetchState(context.Background(), addr, member, func(r io.Reader) error {
 			var err error
 			got, err = io.ReadAll(r)
 			return err
 		})
-		if err == nil {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("honest joiner never got the state: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return last == nil
+	}); err != nil {
+		t.Fatalf("%v; last attempt: %v", err, last)
 	}
+	return got
 }
 
 // Idle connections that never send a request cannot keep a joiner out:
@@ -83,23 +82,20 @@ func TestAdversarialStateServerConnections(t *testing.T) {
 		}
 	}()
 	// The attacker's connections beyond the three slots are refused at once.
-	deadline := time.Now().Add(10 * time.Second)
-	for m.Refused(RefusedStateConns) < attackers-3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if got := m.Refused(RefusedStateConns); got < attackers-3 {
-		t.Fatalf("refused %d connections over the limit, want %d", got, attackers-3)
+	if err := await.UntilErr(10*time.Second, "the connections over the limit to be refused", func() bool {
+		return m.Refused(RefusedStateConns) >= attackers-3
+	}); err != nil {
+		t.Fatalf("%v: refused %d, want %d", err, m.Refused(RefusedStateConns), attackers-3)
 	}
 	if got := fetchUntil(t, addr, 5, 10*time.Second); !bytes.Equal(got, state) {
 		t.Fatalf("joiner got %d bytes, want %d", len(got), len(state))
 	}
 	// The joiner got in once the first idle slot was freed; the other two
 	// idle connections lose theirs at about the same time.
-	for deadline := time.Now().Add(10 * time.Second); m.Refused(RefusedStateRequest) < 3 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if got := m.Refused(RefusedStateRequest); got < 3 {
-		t.Fatalf("idle connections dropped for a late request: %d, want 3", got)
+	if err := await.UntilErr(10*time.Second, "the idle connections to be dropped", func() bool {
+		return m.Refused(RefusedStateRequest) >= 3
+	}); err != nil {
+		t.Fatalf("%v: idle connections dropped for a late request: %d, want 3", err, m.Refused(RefusedStateRequest))
 	}
 }
 
@@ -142,12 +138,10 @@ func TestAdversarialStateServerMemory(t *testing.T) {
 		}()
 	}
 	// Every request either holds its snapshot or was refused for memory.
-	deadline := time.Now().Add(20 * time.Second)
-	for holding.Load()+int64(m.Refused(RefusedStateMemory)) < attackers {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 20 s: %d snapshots held, %d refused", holding.Load(), m.Refused(RefusedStateMemory))
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := await.UntilErr(20*time.Second, "every request to hold a snapshot or be refused", func() bool {
+		return holding.Load()+int64(m.Refused(RefusedStateMemory)) >= attackers
+	}); err != nil {
+		t.Fatalf("%v: %d snapshots held, %d refused", err, holding.Load(), m.Refused(RefusedStateMemory))
 	}
 	if h := holding.Load(); h < 1 || h > 3 {
 		t.Fatalf("%d snapshots of %d bytes held at once, budget %d", h, size, 3*size)
@@ -173,12 +167,10 @@ func TestAdversarialStateServerMemory(t *testing.T) {
 	}
 	// The server lets go of a snapshot's charge after its last write, which
 	// the joiner may have read before the server's goroutine gets there.
-	deadline = time.Now().Add(10 * time.Second)
-	for m.StateBuffered.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes still charged 10 s after every transfer ended", m.StateBuffered.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := await.UntilErr(10*time.Second, "the snapshots' charge to be let go", func() bool {
+		return m.StateBuffered.Load() == 0
+	}); err != nil {
+		t.Fatalf("%v: %d bytes still charged after every transfer ended", err, m.StateBuffered.Load())
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/overworld-p2p/overworld/game/arbiter"
+	"github.com/overworld-p2p/overworld/node/await"
 	"github.com/overworld-p2p/overworld/node/crimp"
 	"github.com/overworld-p2p/overworld/node/netnstest"
 )
@@ -84,23 +85,17 @@ func TestLANNetns(t *testing.T) {
 		procs[i] = p
 		t.Cleanup(p.kill)
 	}
+	// poll waits for a state the players report only when asked (STATUS).
 	poll := func(limit time.Duration, what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(limit)
-		for time.Now().Before(deadline) {
-			if cond() {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if !cond() {
+		if err := await.UntilErr(limit, what, cond); err != nil {
 			for i, p := range procs {
 				if p != nil && !p.dead {
 					st := p.status()
 					t.Logf("player %d: %+v", i+1, st)
 				}
 			}
-			t.Fatalf("%s: not within %v", what, limit)
+			t.Fatal(err)
 		}
 	}
 	live := func() []*lanProc {
@@ -326,7 +321,14 @@ func runLANMember(spec lanSpec) error {
 		return fmt.Errorf("discovery group: %w", err)
 	}
 	var listener Listener
-	if err := discTr.Start(func(b []byte, _ netip.AddrPort) { listener.Hear(time.Now(), b) }); err != nil {
+	heard := make(chan struct{}, 1) // a datagram was heard since the last look
+	if err := discTr.Start(func(b []byte, _ netip.AddrPort) {
+		listener.Hear(time.Now(), b)
+		select {
+		case heard <- struct{}{}:
+		default: // a look is pending already
+		}
+	}); err != nil {
 		return err
 	}
 	cfg := Config{
@@ -345,17 +347,18 @@ func runLANMember(spec lanSpec) error {
 		cfg.CRIMP.ID, cfg.CRIMP.Founder = 1, true
 	} else {
 		// Found without a master: the game's holder announces it.
-		deadline := time.Now().Add(10 * time.Second)
+		timeout := time.After(10 * time.Second)
 		for {
 			games, _ := listener.Games(time.Now())
 			if len(games) > 0 {
 				groupAddr = games[0].Group
 				break
 			}
-			if time.Now().After(deadline) {
+			select {
+			case <-heard:
+			case <-timeout:
 				return fmt.Errorf("no game announced on %s", discGroup)
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
 		found = groupAddr.String()
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overworld-p2p/overworld/node/await"
 	"github.com/overworld-p2p/overworld/node/crimp"
 )
 
@@ -379,18 +380,9 @@ func runNetnsMember(spec netnsSpec) (rep netnsReport) {
 		return fail(err)
 	}
 	defer s.Close()
-	wait := func(limit time.Duration, cond func() bool) bool {
-		deadline := time.Now().Add(limit)
-		for !cond() {
-			if time.Now().After(deadline) {
-				return false
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		return true
-	}
-	if !wait(30*time.Second, s.Ready) {
-		return fail(fmt.Errorf("mirror %d not ready after 30 s", spec.Index))
+	// Readiness is a flag the service sets without saying so.
+	if err := await.UntilErr(30*time.Second, fmt.Sprintf("mirror %d to be ready", spec.Index), s.Ready); err != nil {
+		return fail(err)
 	}
 	stdin := bufio.NewReader(os.Stdin)
 	barrierAt := func(name string) error {
@@ -419,13 +411,19 @@ func runNetnsMember(spec netnsSpec) (rep netnsReport) {
 		bots = append(bots, lc)
 	}
 	all := map[uint64]string{}
-	end := time.Now().Add(time.Duration(spec.PlaySecs) * time.Second)
-	for time.Now().Before(end) {
-		time.Sleep(500 * time.Millisecond)
-		for tick, h := range s.Checkpoints() {
-			all[tick] = hex.EncodeToString(h[:])
+	// Collect the checkpoints twice a second while the bots play: often
+	// enough that none leaves the service's window unseen.
+	collect := func(d time.Duration) {
+		every := time.NewTicker(500 * time.Millisecond)
+		defer every.Stop()
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			<-every.C
+			for tick, h := range s.Checkpoints() {
+				all[tick] = hex.EncodeToString(h[:])
+			}
 		}
 	}
+	collect(time.Duration(spec.PlaySecs) * time.Second)
 	if protocol == ProtocolEvent {
 		// The bots stand still (their players stay): no more moves, so
 		// what a lost move made differ is repaired and stays so.
@@ -435,12 +433,7 @@ func runNetnsMember(spec netnsSpec) (rep netnsReport) {
 		if err := barrierAt("still"); err != nil {
 			return fail(err)
 		}
-		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
-			time.Sleep(500 * time.Millisecond)
-			for tick, h := range s.Checkpoints() {
-				all[tick] = hex.EncodeToString(h[:])
-			}
-		}
+		collect(10 * time.Second)
 		log := s.AuthoritativeLog()
 		rep.Log, rep.Decisions = map[uint64]string{}, log.Decisions
 		for tick, evs := range log.Ticks {

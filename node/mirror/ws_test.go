@@ -19,6 +19,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/bootstrap/accounts"
 	"github.com/overworld-p2p/overworld/game"
+	"github.com/overworld-p2p/overworld/node/await"
 	"github.com/overworld-p2p/overworld/node/crimp"
 )
 
@@ -141,21 +142,10 @@ func startWallGroup(t testing.TB, n int, acct accountServer) *wallGroup {
 		})
 		g.mirrors = append(g.mirrors, s)
 		g.urls = append(g.urls, "ws://"+ln.Addr().String()+"/ws")
-		waitFor(t, 10*time.Second, fmt.Sprintf("mirror %d ready", i+1), s.Ready)
+		await.Until(t, 10*time.Second, fmt.Sprintf("mirror %d ready", i+1), s.Ready)
 	}
 	t.Cleanup(mn.Close)
 	return g
-}
-
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestWebSocketRestoreAndSave: a player with a saved character connects
@@ -176,7 +166,7 @@ func TestWebSocketRestoreAndSave(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "alice's first update", func() bool { return c.View().HasSelf })
+	await.Until(t, 5*time.Second, "alice's first update", func() bool { return c.View().HasSelf })
 	v := c.View()
 	if !v.Restored || v.Self.Pos != pos || v.Self.Score != 7 || v.Self.Skill != 12 || v.Self.Health < 59 || v.Self.Health > 61 {
 		t.Fatalf("alice came back as %+v (restored %v), saved at %v with score 7, skill 12, health 60", v.Self, v.Restored, pos)
@@ -184,30 +174,46 @@ func TestWebSocketRestoreAndSave(t *testing.T) {
 	if v.Mirror != 2 || v.Player != game.PlayerID(cl.Tokens().AccountID) {
 		t.Fatalf("welcome: mirror %d, player %q", v.Mirror, v.Player)
 	}
-	// Walk east for a second, then leave.
+	// Walk east for a second (30 inputs at the client's 30 Hz), then leave.
+	pace := time.NewTicker(time.Second / 30)
+	defer pace.Stop()
 	for range 30 {
 		if err := c.SendInput(ctx, game.Input{MoveX: 127}, false); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second / 30)
+		<-pace.C
 	}
-	waitFor(t, 5*time.Second, "a status line", func() bool { return c.View().Status.Mirror == 2 })
+	await.Until(t, 5*time.Second, "a status line", func() bool { return c.View().Status.Mirror == 2 })
+	// Mirror 2 took the last input once an update says so; the input went
+	// out stamped with a tick at most one past that update's leading tick
+	// (a second input in one tick is held for the next).
+	var taken uint64
+	await.Until(t, 5*time.Second, "mirror 2 taking alice's last input", func() bool {
+		cv := c.View()
+		taken = cv.LeadingTick
+		return cv.InputSeq >= c.LastSeq()
+	})
 	var moved game.Player
-	// The walk is over once the confirmed (last trailing) state has caught
-	// up with the leading one and shows alice away from where she started.
-	waitFor(t, 10*time.Second, "mirror 1's confirmed state showing alice's whole walk", func() bool {
+	// The walk is over once mirror 1's confirmed (last trailing) state has
+	// passed the last input's tick and agrees with its leading one, away
+	// from where alice started. (Without the tick, both states could agree
+	// on a spot short of the end while the last inputs are still on their
+	// way to mirror 1.)
+	await.Until(t, 10*time.Second, "mirror 1's confirmed state showing alice's whole walk", func() bool {
 		var lead game.Player
+		var lastTick uint64
 		g.mirrors[0].Inspect(func(leading, last *State) {
 			lead, _ = leading.World().Player(v.Player)
 			moved, _ = last.World().Player(v.Player)
+			lastTick = last.Tick()
 		})
-		return moved.Pos != pos && moved.Pos == lead.Pos
+		return lastTick > taken+1 && moved.Pos != pos && moved.Pos == lead.Pos
 	})
 	if err := c.Close(); err != nil && !strings.Contains(err.Error(), "closed") {
 		t.Logf("close: %v", err)
 	}
 	var saved accounts.Character
-	waitFor(t, 10*time.Second, "alice saved", func() bool {
+	await.Until(t, 10*time.Second, "alice saved", func() bool {
 		saved, _ = cl.LoadCharacter(ctx)
 		return saved.Version >= 2
 	})
@@ -215,7 +221,7 @@ func TestWebSocketRestoreAndSave(t *testing.T) {
 		t.Fatalf("saved %+v, alice stood at %v", saved, moved.Pos)
 	}
 	// The account server answers before the mirror counts the save.
-	waitFor(t, 10*time.Second, "the mirror counting the save", func() bool { return g.mirrors[1].Metrics().Saves > 0 })
+	await.Until(t, 10*time.Second, "the mirror counting the save", func() bool { return g.mirrors[1].Metrics().Saves > 0 })
 	t.Logf("alice restored at %v, walked to %v, saved there (version %d, region %s)", pos, moved.Pos, saved.Version, saved.Region)
 }
 

@@ -6,11 +6,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 // pair is two gossipsub peers linked on libp2p's in-memory network.
@@ -30,18 +33,6 @@ func pair(t *testing.T) (a, b *pubsub.PubSub) {
 		}
 	}
 	return ps[0], ps[1]
-}
-
-// waitFor polls cond until it holds; the deadline is a hang guard.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // inbox is what a read loop delivered.
@@ -105,7 +96,7 @@ func TestDeliversWhatTheValidatorAccepts(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	waitFor(t, "b to take a's message", func() bool {
+	await.Until(t, time.Minute, "b to take a's message", func() bool {
 		_ = a.Publish(ctx, []byte("forged"))
 		_ = a.Publish(ctx, []byte("hello"))
 		return in.has("checked hello")
@@ -140,7 +131,13 @@ func TestDeliversWhatTheValidatorAccepts(t *testing.T) {
 // progress has returned; after it, the membership refuses to publish or
 // subscribe, and the topic's validator is gone, so the topic can be
 // joined again.
-func TestLeaveWaitsForTheReadLoop(t *testing.T) {
+//
+// It runs in a synctest bubble (the network is libp2p's in-memory one), so
+// that "Leave has not returned" is checked once every goroutine is stuck,
+// not after a guessed while.
+func TestLeaveWaitsForTheReadLoop(t *testing.T) { synctest.Test(t, testLeaveWaitsForTheReadLoop) }
+
+func testLeaveWaitsForTheReadLoop(t *testing.T) {
 	psA, psB := pair(t)
 	a, err := Join(Config{PubSub: psA, Name: testTopic, Validate: accept})
 	if err != nil {
@@ -167,7 +164,7 @@ func TestLeaveWaitsForTheReadLoop(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	waitFor(t, "a deliver to start", func() bool {
+	await.Until(t, time.Minute, "a deliver to start", func() bool {
 		select {
 		case <-entered:
 			return true
@@ -178,10 +175,11 @@ func TestLeaveWaitsForTheReadLoop(t *testing.T) {
 	})
 	left := make(chan error, 1)
 	go func() { left <- b.Leave() }()
+	synctest.Wait() // Leave has run as far as it can without the deliver
 	select {
 	case err := <-left:
 		t.Fatalf("Leave returned (%v) while a deliver was in progress", err)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	close(release)
 	if err := <-left; err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/overworld-p2p/overworld/bootstrap/master/probe/probetest"
 	"github.com/overworld-p2p/overworld/bootstrap/master/ratelimit"
+	"github.com/overworld-p2p/overworld/node/await"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -234,39 +235,31 @@ func TestResponderRefusesAndCounts(t *testing.T) {
 	for range 5 {
 		conn.Write(ping)
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	want := map[string]float64{refusedShort: 1, refusedOversize: 1, refusedNotProbe: 1, refusedMalformed: 1, refusedRateLimited: 2}
-	for {
+	if err := await.UntilErr(30*time.Second, "the probe to count every datagram", func() bool {
 		ok := counter(t, reg, "overworld_probe_pongs_total", "") == 3
 		for reason, n := range want {
 			ok = ok && counter(t, reg, "overworld_probe_refused_total", reason) == n
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("counters: pongs %v, refused short %v oversize %v not_probe %v malformed %v rate_limited %v",
-				counter(t, reg, "overworld_probe_pongs_total", ""), counter(t, reg, "overworld_probe_refused_total", refusedShort),
-				counter(t, reg, "overworld_probe_refused_total", refusedOversize), counter(t, reg, "overworld_probe_refused_total", refusedNotProbe),
-				counter(t, reg, "overworld_probe_refused_total", refusedMalformed), counter(t, reg, "overworld_probe_refused_total", refusedRateLimited))
-		}
-		time.Sleep(5 * time.Millisecond)
+		return ok
+	}); err != nil {
+		t.Fatalf("%v: pongs %v, refused short %v oversize %v not_probe %v malformed %v rate_limited %v", err,
+			counter(t, reg, "overworld_probe_pongs_total", ""), counter(t, reg, "overworld_probe_refused_total", refusedShort),
+			counter(t, reg, "overworld_probe_refused_total", refusedOversize), counter(t, reg, "overworld_probe_refused_total", refusedNotProbe),
+			counter(t, reg, "overworld_probe_refused_total", refusedMalformed), counter(t, reg, "overworld_probe_refused_total", refusedRateLimited))
 	}
-	// Exactly three pongs came back, none larger than a ping.
-	conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	// The three pongs came back, none larger than a ping. The responder
+	// counts a pong after writing it, and pongs_total is 3: no other is on
+	// its way, and these three are already in the socket's buffer.
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a hang guard
 	buf := make([]byte, 1024)
-	got := 0
-	for {
+	for i := range 3 {
 		n, err := conn.Read(buf)
 		if err != nil {
-			break
+			t.Fatalf("pong %d of the 3 counted: %v", i+1, err)
 		}
 		if n > len(ping) {
 			t.Fatalf("pong of %d bytes for a ping of %d", n, len(ping))
 		}
-		got++
-	}
-	if got != 3 {
-		t.Fatalf("%d pongs for 3 allowed pings", got)
 	}
 }

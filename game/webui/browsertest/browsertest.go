@@ -1,6 +1,7 @@
 // Package browsertest starts the headless Chromium that the project's
 // browser tests drive with chromedp, locked to loopback, and supplies the
-// key actions those tests need. Only tests import it.
+// key actions those tests need, and waits for a state of the page. Only
+// tests import it.
 package browsertest
 
 import (
