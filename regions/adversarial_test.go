@@ -453,9 +453,8 @@ func TestAdversarialSuspectsAndFrames(t *testing.T) {
 				t.Fatalf("request %d answered %v, want a redirect", i, reply)
 			}
 		}
-		target.svc.liveMu.Lock()
-		probed := len(target.svc.probed)
-		target.svc.liveMu.Unlock()
+		var probed int
+		target.svc.onLoop(func() { probed = len(target.svc.live.probed.at) })
 		if probed != 0 {
 			t.Fatalf("the target probed %d strangers", probed)
 		}

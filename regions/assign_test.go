@@ -173,7 +173,7 @@ func TestAdversarialReplayedAssignment(t *testing.T) {
 			co.svc.feedLease(c, sl)
 			eff := sl.m.SetReplica(next, time.Now())
 			sl.mu.Unlock()
-			co.svc.run(c, sl, eff)
+			co.svc.onLoop(func() { co.svc.run(c, sl, eff) })
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			if _, err := co.cl.Initialize(ctx, c, "pear", []byte(next.String()[:8])); err != nil {
 				t.Fatal(err)

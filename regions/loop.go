@@ -8,7 +8,8 @@ import (
 // work that is not an answer to a caller waiting on the network. It
 // selects over the timer of the next check (a region's maintenance or
 // the Service's own periodic work), the wakeups (nudges, deaths), the
-// peers whose last connection closed, the machine steps of inbound
+// peers whose last connection closed or whose first opened (the liveness
+// table is the loop's, liveness.go), the machine steps of inbound
 // messages (onLoop), and the acknowledgements of this peer's own
 // exchanges (a replication's answer, a replica's check of its copy, the
 // answers to a running acquisition's asks and its deadline: acquire.go
@@ -108,6 +109,8 @@ func (s *Service) loop() {
 			s.maintain(w.c, w)
 		case p := <-s.downed:
 			s.peerDown(p)
+		case p := <-s.revived:
+			s.heardOnLoop(p)
 		case st := <-s.steps:
 			st.f()
 			close(st.done)

@@ -38,6 +38,9 @@ const lonelyRefreshTicks = 10
 func (s *Service) servicePeriod(ticks int) {
 	s.expireLocks()
 	s.reportRoles()
+	if s.live.prune(time.Now()) {
+		s.publishDead()
+	}
 	if ticks%recheckTicks == 0 {
 		s.recheckDead()
 	}
@@ -64,16 +67,11 @@ func (s *Service) reportRoles() {
 	}
 }
 
+// recheckDead probes again, each on a goroutine, up to 8 peers marked
+// dead that are still connected: a probe that answers brings the peer
+// back (call reports the sign of life), one that fails marks it anew.
 func (s *Service) recheckDead() {
-	s.liveMu.Lock()
-	var suspects []peer.ID
-	for p := range s.dead {
-		if len(suspects) < 8 && s.tr.Connected(p) {
-			suspects = append(suspects, p)
-		}
-	}
-	s.liveMu.Unlock()
-	for _, p := range suspects {
+	for _, p := range s.live.recheck(time.Now(), 8, s.tr.Connected) {
 		s.spawn(func() { s.probe(p) })
 	}
 }
@@ -140,7 +138,7 @@ func (s *Service) maintenanceFacts(c Coord, w wakeup, now time.Time) (maintenanc
 		return t, sl // the acquisition decides; nothing else is asked
 	}
 	t.order = s.placement(c)
-	t.excluded = s.excludedAmong(t.order)
+	t.excluded = s.live.excludedAmong(t.order, self, now)
 	t.eligible = s.eligible(c)
 	switch t.role {
 	case pb.Role_ROLE_COORDINATOR:
@@ -148,7 +146,7 @@ func (s *Service) maintenanceFacts(c Coord, w wakeup, now time.Time) (maintenanc
 			_, t.leased = s.cfg.Gate.Allowed(c)
 		}
 	case pb.Role_ROLE_REPLICA:
-		t.coordinatorDead = !s.alive(t.coordinator)
+		t.coordinatorDead = !s.live.alive(t.coordinator, now)
 	}
 	return t, sl
 }

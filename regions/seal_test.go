@@ -67,7 +67,7 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 		co.svc.feedLease(c, sl)
 		eff := sl.m.SetReplica(h.id(), time.Now())
 		sl.mu.Unlock()
-		co.svc.run(c, sl, eff)
+		co.svc.onLoop(func() { co.svc.run(c, sl, eff) })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := co.cl.ReadWrite(ctx, c, "apple", 1, []byte("2")); err != nil {
@@ -108,14 +108,10 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 // leaveOutAsReplica has s leave p out as replica for DeadFor, as when p
 // leaves a replication unanswered, without counting a refusal.
 func (s *Service) leaveOutAsReplica(p peer.ID) {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	boundedPut(s.excluded, p, time.Now())
+	s.onLoop(func() { s.live.exclude(p, time.Now()) })
 }
 
 // takeBackAsReplica ends leaveOutAsReplica for p.
 func (s *Service) takeBackAsReplica(p peer.ID) {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	delete(s.excluded, p)
+	s.onLoop(func() { s.live.include(p) })
 }

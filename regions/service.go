@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -50,16 +51,13 @@ type Service struct {
 	candMu sync.Mutex
 	cand   []peer.ID // region peers known, refreshed by candidateLoop
 
-	liveMu sync.Mutex
-	dead   map[peer.ID]time.Time // bounded by maxDead, oldest evicted
-	// excluded: replicas left out after answering maxStrikes times without
-	// acknowledging or proving anything, until DeadFor passes (bounded by
-	// maxDead, oldest evicted).
-	excluded map[peer.ID]time.Time
-	// probed: when each suspect a request named was last probed, so that
-	// requests cannot make this peer probe one peer more than once per
-	// ProbeTimeout (bounded by maxDead).
-	probed map[peer.ID]time.Time
+	// live is the liveness table (liveness.go), the loop's alone: dead
+	// peers, replicas left out after answering maxStrikes times without
+	// acknowledging or proving anything, suspects probed for requests.
+	live *liveness
+	// dead is the loop's latest copy of live's dead peers, for placement
+	// asked on any goroutine (liveness.go deadView).
+	dead atomic.Pointer[deadView]
 
 	// leases: the newest lease ID known per region (trust.go).
 	leases newestLeases
@@ -71,6 +69,7 @@ type Service struct {
 	// The loop's inputs (loop.go) besides its timer.
 	wake       chan wakeup   // regions to look at now (nudges, deaths)
 	downed     chan peer.ID  // peers whose last connection closed
+	revived    chan peer.ID  // dead peers a first connection opened to
 	steps      chan loopStep // machine steps of inbound messages
 	acks       chan func()   // outcomes of this peer's own exchanges
 	stopNotify func()
@@ -192,12 +191,11 @@ func NewWithTransport(tr Transport, cfg Config) (*Service, error) {
 		ctx: ctx, cancel: cancel,
 		slots:    map[Coord]*slot{},
 		topics:   map[Coord]*regionTopic{},
-		dead:     map[peer.ID]time.Time{},
-		excluded: map[peer.ID]time.Time{},
-		probed:   map[peer.ID]time.Time{},
+		live:     newLiveness(cfg.DeadFor, cfg.ProbeTimeout, maxDead),
 		reported: map[Coord]Role{},
 		wake:     make(chan wakeup, 256),
 		downed:   make(chan peer.ID, 256),
+		revived:  make(chan peer.ID, 256),
 		steps:    make(chan loopStep),
 		acks:     make(chan func()),
 	}
@@ -207,7 +205,19 @@ func NewWithTransport(tr Transport, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("regions metrics: %w", err)
 	}
 	s.metrics = m
-	s.stopNotify = tr.Notify(s.heard, func(p peer.ID) {
+	s.dead.Store(s.live.view())
+	// Connection notifications must not wait (libp2p delivers them while
+	// it sets a connection up): they are queued for the loop, and one
+	// dropped when the queue is full is made good by the next message.
+	s.stopNotify = tr.Notify(func(p peer.ID) {
+		if s.alive(p) {
+			return // nothing to change
+		}
+		select {
+		case s.revived <- p:
+		default:
+		}
+	}, func(p peer.ID) {
 		select {
 		case s.downed <- p:
 		default:
@@ -290,99 +300,76 @@ func (s *Service) heldRegions() []Coord {
 
 // --- liveness -------------------------------------------------------------
 
-// markDead leaves p out of placement until it shows up again or DeadFor
-// passes, and drops it from the DHT's routing table.
+// The liveness table is the loop's (liveness.go); the methods named
+// "...OnLoop" run there only. The others may be called on any goroutine
+// but the loop: they hand the change to the loop, or read the dead
+// peers it last published.
+
+// markDeadOnLoop leaves p out of placement until it shows up again or
+// DeadFor passes, and drops it from the DHT's routing table.
+func (s *Service) markDeadOnLoop(p peer.ID) {
+	if p == "" || p == s.h.ID() {
+		return
+	}
+	if s.live.markDead(p, time.Now()) {
+		s.log.Debug("peer unreachable", "peer", p)
+	}
+	s.publishDead()
+	s.tr.RemovePeer(p)
+}
+
+// markDead is markDeadOnLoop from another goroutine; it returns once the
+// loop marked p (or the Service closed).
 func (s *Service) markDead(p peer.ID) {
 	if p == "" || p == s.h.ID() {
 		return
 	}
-	s.liveMu.Lock()
-	_, already := s.dead[p]
-	boundedPut(s.dead, p, time.Now())
-	s.liveMu.Unlock()
-	if !already {
-		s.log.Debug("peer unreachable", "peer", p)
-	}
-	s.tr.RemovePeer(p)
+	s.onLoop(func() { s.markDeadOnLoop(p) })
 }
 
-// maxDead bounds each per-peer liveness table (dead, excluded, probed).
-const maxDead = 1024
-
-// boundedPut sets m[p] = t, first evicting the oldest entry if m is full.
-func boundedPut(m map[peer.ID]time.Time, p peer.ID, t time.Time) {
-	if _, ok := m[p]; !ok && len(m) >= maxDead {
-		var oldest peer.ID
-		var at time.Time
-		for q, qt := range m {
-			if oldest == "" || qt.Before(at) {
-				oldest, at = q, qt
-			}
-		}
-		delete(m, oldest)
+// heardOnLoop records a sign of life from p.
+func (s *Service) heardOnLoop(p peer.ID) {
+	if s.live.heard(p) {
+		s.publishDead()
 	}
-	m[p] = t
 }
 
-// exclude leaves p out as replica for DeadFor; why says what it did.
-func (s *Service) exclude(c Coord, p peer.ID, why string) {
-	s.liveMu.Lock()
-	boundedPut(s.excluded, p, time.Now())
-	s.liveMu.Unlock()
+// heard records a sign of life from p (an answer, or a message from it),
+// from a goroutine but the loop: only a peer the loop has dead is news,
+// handed to the loop before heard returns, so that what this goroutine
+// asks next sees p alive.
+func (s *Service) heard(p peer.ID) {
+	if s.alive(p) {
+		return
+	}
+	s.onLoop(func() { s.heardOnLoop(p) })
+}
+
+// publishDead gives the readers off the loop the dead peers as they
+// stand now (on the loop, after each change).
+func (s *Service) publishDead() { s.dead.Store(s.live.view()) }
+
+// excludeOnLoop leaves p out as replica for DeadFor; why says what it did.
+func (s *Service) excludeOnLoop(c Coord, p peer.ID, why string) {
+	s.live.exclude(p, time.Now())
 	s.refuse(c, p, why, refusedReplicaExcluded)
 }
 
-func (s *Service) isExcluded(p peer.ID) bool {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	t, ok := s.excluded[p]
-	if ok && time.Since(t) > s.cfg.DeadFor {
-		delete(s.excluded, p)
-		return false
-	}
-	return ok
-}
-
-// replicaChoice is the best replica for region c in this peer's view: the
-// closest live peer but this one, leaving out excluded replicas and skip.
-func (s *Service) replicaChoice(c Coord, skip ...peer.ID) peer.ID {
+// replicaChoiceOnLoop is the best replica for region c in this peer's
+// view: the closest live peer but this one, leaving out excluded replicas
+// and skip.
+func (s *Service) replicaChoiceOnLoop(c Coord, skip ...peer.ID) peer.ID {
 	order := s.placement(c, skip...)
-	return replicaIn(order, s.h.ID(), s.excludedAmong(order))
+	return replicaIn(order, s.h.ID(), s.live.excludedAmong(order, s.h.ID(), time.Now()))
 }
 
-// excludedAmong are the peers of order left out as replicas.
-func (s *Service) excludedAmong(order []peer.ID) map[peer.ID]bool {
-	var out map[peer.ID]bool
-	for _, p := range order {
-		if p != s.h.ID() && s.isExcluded(p) {
-			if out == nil {
-				out = map[peer.ID]bool{}
-			}
-			out[p] = true
-		}
-	}
-	return out
-}
-
-// heard records a sign of life from p.
-func (s *Service) heard(p peer.ID) {
-	s.liveMu.Lock()
-	delete(s.dead, p)
-	s.liveMu.Unlock()
-}
-
+// alive reports whether p is not dead in the loop's latest published
+// view (on the loop: its table as it stands).
 func (s *Service) alive(p peer.ID) bool {
 	if p == s.h.ID() {
 		return true
 	}
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	t, ok := s.dead[p]
-	if ok && time.Since(t) > s.cfg.DeadFor {
-		delete(s.dead, p)
-		return true
-	}
-	return !ok
+	return s.dead.Load().alive(p, time.Now())
 }
 
 // servesRegions reports whether p is known (via identify) to speak the
@@ -540,19 +527,26 @@ func (s *Service) Locate(ctx context.Context, c Coord) (coordinator, replica pee
 	return coordinator, replica, nil
 }
 
-// probe checks that p answers on the region protocol.
+// probe checks that p answers on the region protocol, and has the loop
+// mark it dead if it does not; from a goroutine but the loop.
 func (s *Service) probe(p peer.ID) bool {
+	if s.ping(p) {
+		return true
+	}
+	s.markDead(p)
+	return false
+}
+
+// ping is the network half of probe: whether p answers a ping within
+// ProbeTimeout (an answer is a sign of life, see call).
+func (s *Service) ping(p peer.ID) bool {
 	if p == s.h.ID() {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ProbeTimeout)
 	defer cancel()
 	_, err := s.call(ctx, p, Coord{}, &pb.Message{Body: &pb.Message_Ping{Ping: &pb.Ping{}}})
-	if err != nil {
-		s.markDead(p)
-		return false
-	}
-	return true
+	return err == nil
 }
 
 // --- transport --------------------------------------------------------------
@@ -668,9 +662,12 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 	case *pb.Message_Info:
 		info := &pb.InfoReply{}
 		if sl := s.existingSlot(c); sl != nil {
-			sl.mu.Lock()
-			info = sl.m.infoFor(from)
-			sl.mu.Unlock()
+			// Read between two machine steps, as the loop takes them.
+			s.onLoop(func() {
+				sl.mu.Lock()
+				info = sl.m.infoFor(from)
+				sl.mu.Unlock()
+			})
 		}
 		info.SteppingAside = !s.eligible(c)
 		out = &pb.Message{Body: &pb.Message_InfoReply{InfoReply: info}}
@@ -777,7 +774,7 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		s.metrics.singleCopy.Add(float64(eff.singleCopy))
 	}
 	if eff.exclude != "" {
-		s.exclude(c, eff.exclude, "replica answers")
+		s.excludeOnLoop(c, eff.exclude, "replica answers")
 	}
 	if eff.handoffReply != nil {
 		sl.mu.Lock()
@@ -806,7 +803,7 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		s.spawn(func() { s.feedLoop(func() { s.compareCopies(c, sl, lease) }) })
 	}
 	if eff.needReplica {
-		next := s.replicaChoice(c)
+		next := s.replicaChoiceOnLoop(c)
 		sl.mu.Lock()
 		s.feedLease(c, sl)
 		more := sl.m.SetReplica(next, time.Now())
@@ -892,11 +889,11 @@ func (s *Service) replicaAnswered(c Coord, sl *slot, out *outbound, reply *pb.Me
 		// at once and make it the replica again, a stall each time; it is
 		// left out as replica for DeadFor instead.
 		stalled := s.tr.Connected(out.to)
-		s.markDead(out.to)
+		s.markDeadOnLoop(out.to)
 		if stalled {
-			s.exclude(c, out.to, "replication left unanswered")
+			s.excludeOnLoop(c, out.to, "replication left unanswered")
 		}
-		next := s.replicaChoice(c, out.to)
+		next := s.replicaChoiceOnLoop(c, out.to)
 		sl.mu.Lock()
 		s.feedLease(c, sl)
 		eff = sl.m.ReplicaFailed(out.to, next, time.Now())
@@ -986,12 +983,7 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 	case pb.Role_ROLE_REPLICA:
 		coord := sl.m.coordinator
 		sl.mu.Unlock()
-		if s.alive(coord) && (!suspected(req, coord) || !s.probeDue(coord) || s.probe(coord)) {
-			return redirectReply(coord)
-		}
-		s.markDead(coord)
-		s.startAcquire(c)
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "replica taking over"}
+		return s.redirectToCoordinator(c, coord, req)
 	}
 	acquiring, src, acquired := sl.acquiring, sl.source, sl.acquired
 	sl.mu.Unlock()
@@ -1103,35 +1095,87 @@ func (s *Service) submit(c Coord, sl *slot, player peer.ID, req *pb.Request, gon
 	}
 }
 
+// redirectToCoordinator answers a request that reached this replica of
+// region c: it redirects the player to coordinator coord, unless coord is
+// dead or, named as a suspect, fails a probe (at most one per
+// ProbeTimeout): then this peer takes the region over. The loop decides;
+// the probe runs on this goroutine and hands its answer to the loop.
+func (s *Service) redirectToCoordinator(c Coord, coord peer.ID, req *pb.Request) *pb.Reply {
+	var redirect, probe bool
+	takeOver := func() {
+		s.markDeadOnLoop(coord)
+		s.startAcquire(c)
+	}
+	if !s.onLoop(func() {
+		switch {
+		case !s.alive(coord):
+			takeOver()
+		case !suspected(req, coord) || !s.live.probeDue(coord, time.Now()):
+			redirect = true
+		default:
+			probe = true
+		}
+	}) {
+		return shuttingDown()
+	}
+	if probe {
+		answered := s.ping(coord)
+		if !s.onLoop(func() {
+			if redirect = answered; !answered {
+				takeOver()
+			}
+		}) {
+			return shuttingDown()
+		}
+	}
+	if redirect {
+		return redirectReply(coord)
+	}
+	return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "replica taking over"}
+}
+
 // redirectOrAcquire answers a request for a region this peer does not
 // hold: it redirects to the coordinator in its view, or, being that peer,
 // takes the region over. The suspects the client names are probed only
 // if they would change that answer (the first two of the region's
 // placement), and each at most once per ProbeTimeout: a request cannot
-// make this peer dial strangers.
+// make this peer dial strangers. The loop decides, one suspect at a time
+// (a suspect found dead changes the placement the next is judged by);
+// each probe runs on this goroutine and hands its answer to the loop.
 func (s *Service) redirectOrAcquire(from peer.ID, c Coord, req *pb.Request, waited bool, gone <-chan struct{}) *pb.Reply {
 	if req.Forwarded {
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "not coordinating"}
 	}
-	order := s.placement(c)
-	for _, b := range req.Suspects {
-		p, err := peer.IDFromBytes(b)
-		if err != nil || p == s.h.ID() || !s.alive(p) {
-			continue
+	var (
+		next     int     // the next of req.Suspects to judge
+		probing  peer.ID // the suspect probed last ("": none)
+		answered bool    // whether it answered
+		target   peer.ID // the coordinator in this peer's view
+		take     bool    // this peer takes the region over
+	)
+	for {
+		if !s.onLoop(func() {
+			if probing != "" && !answered {
+				s.markDeadOnLoop(probing)
+			}
+			probing, next = s.suspectToProbeOnLoop(c, req.Suspects, next)
+			if probing != "" {
+				return
+			}
+			target = s.placement(c)[0]
+			// Behind NAT and alone: wait for a reachable peer.
+			if take = target == s.h.ID() && s.tr.CanCoordinate(target); take {
+				s.startAcquire(c)
+			}
+		}) {
+			return shuttingDown()
 		}
-		if !containsPeer(order[:min(2, len(order))], p) {
-			s.metrics.refused.WithLabelValues(refusedSuspectNotPlaced).Inc()
-			continue
+		if probing == "" {
+			break
 		}
-		if !s.probeDue(p) {
-			continue
-		}
-		if !s.probe(p) {
-			order = s.placement(c)
-		}
+		answered = s.ping(probing)
 	}
-	if order[0] == s.h.ID() && s.tr.CanCoordinate(order[0]) { // behind NAT and alone: wait for a reachable peer
-		s.startAcquire(c)
+	if take {
 		if !waited {
 			// Serve it once the region is taken over (or forward it while
 			// the state comes), rather than send the player away.
@@ -1139,19 +1183,35 @@ func (s *Service) redirectOrAcquire(from peer.ID, c Coord, req *pb.Request, wait
 		}
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "taking the region over"}
 	}
-	return redirectReply(order[0])
+	return redirectReply(target)
 }
 
-// probeDue reports whether p may be probed for a request now, and records
-// that it is.
-func (s *Service) probeDue(p peer.ID) bool {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	if t, ok := s.probed[p]; ok && time.Since(t) < s.cfg.ProbeTimeout {
-		return false
+// suspectToProbeOnLoop is the first of suspects[from:] that redirecting a
+// request for region c must probe before it answers: alive in this
+// peer's view, among the first two of the region's placement, and not
+// probed within ProbeTimeout (the probe is recorded). It returns the
+// suspect ("" if none) and where the next search starts.
+func (s *Service) suspectToProbeOnLoop(c Coord, suspects [][]byte, from int) (peer.ID, int) {
+	order := s.placement(c)
+	now := time.Now()
+	for i := from; i < len(suspects); i++ {
+		p, err := peer.IDFromBytes(suspects[i])
+		if err != nil || p == s.h.ID() || !s.alive(p) {
+			continue
+		}
+		if !containsPeer(order[:min(2, len(order))], p) {
+			s.metrics.refused.WithLabelValues(refusedSuspectNotPlaced).Inc()
+			continue
+		}
+		if s.live.probeDue(p, now) {
+			return p, i + 1
+		}
 	}
-	boundedPut(s.probed, p, time.Now())
-	return true
+	return "", len(suspects)
+}
+
+func shuttingDown() *pb.Reply {
+	return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}
 }
 
 func suspected(req *pb.Request, p peer.ID) bool {

@@ -52,7 +52,7 @@ func TestAdversarialStalledReplica(t *testing.T) {
 			return sl.m.replica
 		}
 		waitUntil(t, 10*time.Second, "the coordinator to pick the staller as replica", func() bool {
-			co.svc.maintain(c, wakeup{})
+			co.svc.onLoop(func() { co.svc.maintain(c, wakeup{}) })
 			return replica() == h.id()
 		})
 		start := time.Now()
@@ -71,7 +71,7 @@ func TestAdversarialStalledReplica(t *testing.T) {
 		if !co.svc.probe(h.id()) {
 			t.Fatal("the staller did not answer a probe")
 		}
-		co.svc.maintain(c, wakeup{})
+		co.svc.onLoop(func() { co.svc.maintain(c, wakeup{}) })
 		if r := replica(); r == h.id() {
 			t.Fatal("the coordinator took the staller back as replica")
 		}
@@ -80,7 +80,7 @@ func TestAdversarialStalledReplica(t *testing.T) {
 			if _, err := co.cl.ReadWrite(ctx, c, "apple", v, []byte("x")); err != nil {
 				t.Fatal(err)
 			}
-			co.svc.maintain(c, wakeup{})
+			co.svc.onLoop(func() { co.svc.maintain(c, wakeup{}) })
 		}
 		sl.mu.Lock()
 		got, synced := sl.m.replica, sl.m.replicaSynced

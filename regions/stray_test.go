@@ -37,7 +37,7 @@ func TestStrayCoordinatorComparesBeforeCommitting(t *testing.T) {
 		re.svc.feedLease(c, rsl)
 		eff := rsl.m.Kick(time.Now())
 		rsl.mu.Unlock()
-		re.svc.run(c, rsl, eff)
+		re.svc.onLoop(func() { re.svc.run(c, rsl, eff) })
 		// A player keeps writing; each write that succeeds builds on the last.
 		var reader *member
 		for _, m := range cl.live() {
@@ -90,7 +90,7 @@ func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 			m.svc.feedLeaseTaking(c, sl)
 			eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
 			sl.mu.Unlock()
-			m.svc.run(c, sl, eff)
+			m.svc.onLoop(func() { m.svc.run(c, sl, eff) })
 		}
 		// X found no replica then (it is alone, with nothing queued).
 		xsl := x.svc.existingSlot(c)
@@ -98,7 +98,7 @@ func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 		x.svc.feedLease(c, xsl)
 		eff := xsl.m.SetReplica("", time.Now())
 		xsl.mu.Unlock()
-		x.svc.run(c, xsl, eff)
+		x.svc.onLoop(func() { x.svc.run(c, xsl, eff) })
 		book.grant(c, xID)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -136,7 +136,7 @@ func TestLeaseHolderTakesTheFresherCopyFromACloserPeer(t *testing.T) {
 		x.svc.feedLeaseTaking(c, sl)
 		eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
 		sl.mu.Unlock()
-		x.svc.run(c, sl, eff)
+		x.svc.onLoop(func() { x.svc.run(c, sl, eff) })
 		book.grant(c, x.id())
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -161,7 +161,7 @@ func strayReplica(t *testing.T, ctx context.Context, cl *cluster, co, re *member
 	if assign == nil {
 		t.Fatal("the replica holds no assignment")
 	}
-	co.svc.exclude(c, re.id(), "test")
+	co.svc.onLoop(func() { co.svc.excludeOnLoop(c, re.id(), "test") })
 	csl := co.svc.existingSlot(c)
 	var q peer.ID
 	waitUntil(t, 10*time.Second, "the coordinator to replicate elsewhere", func() bool {
@@ -177,7 +177,7 @@ func strayReplica(t *testing.T, ctx context.Context, cl *cluster, co, re *member
 	re.svc.feedLeaseTaking(c, rsl)
 	eff := rsl.m.TakeOver(time.Now())
 	rsl.mu.Unlock()
-	re.svc.run(c, rsl, eff)
+	re.svc.onLoop(func() { re.svc.run(c, rsl, eff) })
 	// Acknowledged writes re never saw.
 	for v := uint64(1); v <= 2; v++ {
 		if _, err := co.cl.ReadWrite(ctx, c, "apple", v, []byte(fmt.Sprint(v+1))); err != nil {
