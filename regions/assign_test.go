@@ -169,11 +169,13 @@ func TestAdversarialReplayedAssignment(t *testing.T) {
 					co.svc.takeBackAsReplica(m.id())
 				}
 			}
-			sl.mu.Lock()
-			co.svc.feedLease(c, sl)
-			eff := sl.m.SetReplica(next, time.Now())
-			sl.mu.Unlock()
-			co.svc.onLoop(func() { co.svc.run(c, sl, eff) })
+			co.svc.onLoop(func() {
+				sl.mu.Lock()
+				co.svc.feedLease(c, sl)
+				eff := sl.m.SetReplica(next, time.Now())
+				sl.mu.Unlock()
+				co.svc.run(c, sl, eff)
+			})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			if _, err := co.cl.Initialize(ctx, c, "pear", []byte(next.String()[:8])); err != nil {
 				t.Fatal(err)

@@ -52,7 +52,9 @@
 // coordinator from committing.
 //
 //   - Fail-over: failures are noticed by traffic (a failed request or
-//     replication, a closed connection) and confirmed with a probe. The
+//     replication, a closed connection) and confirmed with a probe; what
+//     this peer believes about who lives is a table the loop owns
+//     (liveness.go), fed those signs and probe results. The
 //     replica, or whichever peer now believes itself closest, acquires the
 //     region: it asks the next closest peers what they hold and takes over
 //     from the freshest copy (its own, or by a state transfer), in a new

@@ -63,11 +63,13 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 			}
 		}
 		sl := co.svc.existingSlot(c)
-		sl.mu.Lock()
-		co.svc.feedLease(c, sl)
-		eff := sl.m.SetReplica(h.id(), time.Now())
-		sl.mu.Unlock()
-		co.svc.onLoop(func() { co.svc.run(c, sl, eff) })
+		co.svc.onLoop(func() {
+			sl.mu.Lock()
+			co.svc.feedLease(c, sl)
+			eff := sl.m.SetReplica(h.id(), time.Now())
+			sl.mu.Unlock()
+			co.svc.run(c, sl, eff)
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := co.cl.ReadWrite(ctx, c, "apple", 1, []byte("2")); err != nil {

@@ -33,11 +33,13 @@ func TestStrayCoordinatorComparesBeforeCommitting(t *testing.T) {
 		// at its next maintenance tick (run here at once).
 		cl.crash(t, co)
 		book.release(c)
-		rsl.mu.Lock()
-		re.svc.feedLease(c, rsl)
-		eff := rsl.m.Kick(time.Now())
-		rsl.mu.Unlock()
-		re.svc.onLoop(func() { re.svc.run(c, rsl, eff) })
+		re.svc.onLoop(func() {
+			rsl.mu.Lock()
+			re.svc.feedLease(c, rsl)
+			eff := rsl.m.Kick(time.Now())
+			rsl.mu.Unlock()
+			re.svc.run(c, rsl, eff)
+		})
 		// A player keeps writing; each write that succeeds builds on the last.
 		var reader *member
 		for _, m := range cl.live() {
@@ -86,19 +88,23 @@ func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 		book.grant(c, testPeer(99))
 		for _, m := range []*member{x, y} {
 			sl := m.svc.slot(c)
-			sl.mu.Lock()
-			m.svc.feedLeaseTaking(c, sl)
-			eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
-			sl.mu.Unlock()
-			m.svc.onLoop(func() { m.svc.run(c, sl, eff) })
+			m.svc.onLoop(func() {
+				sl.mu.Lock()
+				m.svc.feedLeaseTaking(c, sl)
+				eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
+				sl.mu.Unlock()
+				m.svc.run(c, sl, eff)
+			})
 		}
 		// X found no replica then (it is alone, with nothing queued).
 		xsl := x.svc.existingSlot(c)
-		xsl.mu.Lock()
-		x.svc.feedLease(c, xsl)
-		eff := xsl.m.SetReplica("", time.Now())
-		xsl.mu.Unlock()
-		x.svc.onLoop(func() { x.svc.run(c, xsl, eff) })
+		x.svc.onLoop(func() {
+			xsl.mu.Lock()
+			x.svc.feedLease(c, xsl)
+			eff := xsl.m.SetReplica("", time.Now())
+			xsl.mu.Unlock()
+			x.svc.run(c, xsl, eff)
+		})
 		book.grant(c, xID)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -132,11 +138,13 @@ func TestLeaseHolderTakesTheFresherCopyFromACloserPeer(t *testing.T) {
 		}
 		book.grant(c, testPeer(99)) // Y's lease lapses
 		sl := x.svc.slot(c)
-		sl.mu.Lock()
-		x.svc.feedLeaseTaking(c, sl)
-		eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
-		sl.mu.Unlock()
-		x.svc.onLoop(func() { x.svc.run(c, sl, eff) })
+		x.svc.onLoop(func() {
+			sl.mu.Lock()
+			x.svc.feedLeaseTaking(c, sl)
+			eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
+			sl.mu.Unlock()
+			x.svc.run(c, sl, eff)
+		})
 		book.grant(c, x.id())
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -171,13 +179,15 @@ func strayReplica(t *testing.T, ctx context.Context, cl *cluster, co, re *member
 		return q != "" && q != re.id() && csl.m.replicaSynced
 	})
 	// re's retirement was lost and it took its old copy over.
-	rsl.mu.Lock()
-	rsl.m.load(saved)
-	rsl.m.role, rsl.m.coordinator, rsl.m.copyProof, rsl.m.copyAssign = pb.Role_ROLE_REPLICA, co.id(), proof, assign
-	re.svc.feedLeaseTaking(c, rsl)
-	eff := rsl.m.TakeOver(time.Now())
-	rsl.mu.Unlock()
-	re.svc.onLoop(func() { re.svc.run(c, rsl, eff) })
+	re.svc.onLoop(func() {
+		rsl.mu.Lock()
+		rsl.m.load(saved)
+		rsl.m.role, rsl.m.coordinator, rsl.m.copyProof, rsl.m.copyAssign = pb.Role_ROLE_REPLICA, co.id(), proof, assign
+		re.svc.feedLeaseTaking(c, rsl)
+		eff := rsl.m.TakeOver(time.Now())
+		rsl.mu.Unlock()
+		re.svc.run(c, rsl, eff)
+	})
 	// Acknowledged writes re never saw.
 	for v := uint64(1); v <= 2; v++ {
 		if _, err := co.cl.ReadWrite(ctx, c, "apple", v, []byte(fmt.Sprint(v+1))); err != nil {
