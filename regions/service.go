@@ -306,7 +306,9 @@ func (s *Service) heldRegions() []Coord {
 // peers it last published.
 
 // markDeadOnLoop leaves p out of placement until it shows up again or
-// DeadFor passes, and drops it from the DHT's routing table.
+// DeadFor passes, and drops it from the DHT's routing table (on a
+// goroutine: the routing table's lock is the DHT's too, and the loop must
+// not wait for it).
 func (s *Service) markDeadOnLoop(p peer.ID) {
 	if p == "" || p == s.h.ID() {
 		return
@@ -315,7 +317,7 @@ func (s *Service) markDeadOnLoop(p peer.ID) {
 		s.log.Debug("peer unreachable", "peer", p)
 	}
 	s.publishDead()
-	s.tr.RemovePeer(p)
+	s.spawn(func() { s.tr.RemovePeer(p) })
 }
 
 // markDead is markDeadOnLoop from another goroutine; it returns once the
