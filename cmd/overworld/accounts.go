@@ -18,7 +18,7 @@ func init() { extraCommands = append(extraCommands, accountsCommand()) }
 
 func accountsCommand() command {
 	const summary = "run the account server: logins, saved characters, coordinator leases"
-	return command{name: "accounts", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "accounts", summary: summary, run: func(ctx context.Context, args []string, out, errOut io.Writer) error {
 		fs := newFlagSet("accounts", summary+`.
 
 Serves the HTTP/JSON API under /v1 plus /metrics, /healthz and /readyz on
@@ -35,7 +35,7 @@ prints the public key that peers verify tokens with. The store is SQLite in
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := logF.logger()
+		log, err := logF.logger(errOut)
 		if err != nil {
 			return err
 		}

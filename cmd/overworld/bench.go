@@ -35,7 +35,7 @@ func init() {
 	})
 }
 
-func runBench(ctx context.Context, args []string, out io.Writer) error {
+func runBench(ctx context.Context, args []string, out, _ io.Writer) error {
 	subs := append([]benchSubcommand(nil), benchSubcommands...)
 	sort.Slice(subs, func(i, j int) bool { return subs[i].name < subs[j].name })
 	usage := func() {

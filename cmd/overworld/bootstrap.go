@@ -13,7 +13,7 @@ import (
 
 func bootstrapCommand() command {
 	const summary = "run a bootstrap node: DHT server, relay v2 and AutoNAT for players"
-	return command{name: "bootstrap", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "bootstrap", summary: summary, run: func(ctx context.Context, args []string, out, errOut io.Writer) error {
 		fs := newFlagSet("bootstrap", summary+`.
 
 Prints its full multiaddrs (with /p2p/<ID>) at start: hand those to players
@@ -27,7 +27,7 @@ restarts.`, out)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := logF.logger()
+		log, err := logF.logger(errOut)
 		if err != nil {
 			return err
 		}

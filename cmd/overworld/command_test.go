@@ -12,11 +12,11 @@ import (
 	"github.com/overworld-p2p/overworld/node/await"
 )
 
-// How the tests of this package wait for a command: its output goes to an
-// await.Output, and a test waits for the line it needs with matchOrExit.
-// When the command returns, the line exitedMark writes goes to the same
-// output, so a wait ends as soon as the command is gone instead of at its
-// deadline, and the failure says how it ended.
+// How the tests of this package wait for a command: its output and its
+// logs each go to an await.Output, and a test waits for the line it needs
+// with matchOrExit. When the command returns, the line exitedMark writes
+// goes to both, so a wait ends as soon as the command is gone instead of
+// at its deadline, and the failure says how it ended.
 
 // exitedPrefix starts the line a command's output gets when it returns.
 const exitedPrefix = "overworld-test: the command returned: "
@@ -48,16 +48,18 @@ func matchOrExit(t testing.TB, what string, out *await.Output, within time.Durat
 type runningCommand struct {
 	name string
 	out  *await.Output // what it prints on stdout, then its exit mark
+	log  *await.Output // its logs (stderr), then its exit mark
 	done chan struct{} // closed when it has returned
 	err  error         // what it returned, once done is closed
 }
 
 // startCommand runs `overworld args...` in this process until ctx ends.
 func startCommand(ctx context.Context, args ...string) *runningCommand {
-	c := &runningCommand{name: args[0], out: &await.Output{}, done: make(chan struct{})}
+	c := &runningCommand{name: args[0], out: &await.Output{}, log: &await.Output{}, done: make(chan struct{})}
 	go func() {
-		c.err = dispatch(ctx, args, c.out, io.Discard)
+		c.err = dispatch(ctx, args, c.out, c.log)
 		exitedMark(c.out, c.err)
+		exitedMark(c.log, c.err)
 		close(c.done)
 	}()
 	return c
@@ -89,6 +91,13 @@ func (c *runningCommand) match(t testing.TB, re *regexp.Regexp) []string {
 	return matchOrExit(t, c.name, c.out, time.Minute, re)
 }
 
+// logged waits up to a minute for re in the command's logs; a test gives
+// the command the -log-level the awaited line is logged at.
+func (c *runningCommand) logged(t testing.TB, re *regexp.Regexp) []string {
+	t.Helper()
+	return matchOrExit(t, c.name+"'s log", c.log, time.Minute, re)
+}
+
 // stopped waits for the command to return after its context ended and
 // fails the test unless it returned nil.
 func (c *runningCommand) stopped(t testing.TB) {
@@ -96,9 +105,9 @@ func (c *runningCommand) stopped(t testing.TB) {
 	select {
 	case <-c.done:
 		if c.err != nil {
-			t.Fatalf("%s returned %v on shutdown; output:\n%s", c.name, c.err, c.out.String())
+			t.Fatalf("%s returned %v on shutdown; output:\n%s\nlog:\n%s", c.name, c.err, c.out.String(), c.log.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not stop within 30 s of its context ending; output:\n%s", c.name, c.out.String())
+		t.Fatalf("%s did not stop within 30 s of its context ending; output:\n%s\nlog:\n%s", c.name, c.out.String(), c.log.String())
 	}
 }

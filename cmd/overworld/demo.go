@@ -17,7 +17,7 @@ func init() { extraCommands = append(extraCommands, demoCommand()) }
 
 func demoCommand() command {
 	const summary = "play alone: a whole network (bootstrap, accounts, bots) on 127.0.0.1 and a page to open"
-	return command{name: "demo", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "demo", summary: summary, run: func(ctx context.Context, args []string, out, errOut io.Writer) error {
 		fs := newFlagSet("demo", summary+`.
 
 Starts in this process a bootstrap node, the account server (SQLite in a
@@ -45,7 +45,7 @@ player starts in the middle region. Ctrl-C saves the characters and stops.`, out
 		if *bots < 0 {
 			return fmt.Errorf("-bots %d: want 0 or more", *bots)
 		}
-		log, err := logF.logger()
+		log, err := logF.logger(errOut)
 		if err != nil {
 			return err
 		}

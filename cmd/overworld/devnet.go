@@ -13,7 +13,7 @@ import (
 
 func devnetCommand() command {
 	const summary = "run a bootstrap node and N peers in one process on 127.0.0.1"
-	return command{name: "devnet", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "devnet", summary: summary, run: func(ctx context.Context, args []string, out, errOut io.Writer) error {
 		fs := newFlagSet("devnet", summary+`.
 
 Prints each peer as it joins, then every -report interval a line of DHT
@@ -32,7 +32,7 @@ routing table sizes (bootstrap first). Stops on Ctrl-C or after -duration.`, out
 		if *every <= 0 {
 			return fmt.Errorf("-report %s: want > 0", *every)
 		}
-		log, err := logF.logger()
+		log, err := logF.logger(errOut)
 		if err != nil {
 			return err
 		}

@@ -16,7 +16,7 @@ func init() { extraCommands = append(extraCommands, findCommand()) }
 
 func findCommand() command {
 	const summary = "find the mirror-mode game mirror with the lowest RTT from here"
-	return command{name: "find", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "find", summary: summary, run: func(ctx context.Context, args []string, out, _ io.Writer) error {
 		fs := newFlagSet("find", summary+`.
 
 Asks the master (-master) for the games that match -world, -mode and

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
@@ -31,8 +30,10 @@ func addLogFlags(fs *flag.FlagSet, def string) logFlags {
 	return logFlags{level: fs.String("log-level", def, "log level: debug, info, warn or error")}
 }
 
-// logger is the process logger, writing to stderr.
-func (f logFlags) logger() (*slog.Logger, error) { return newLogger(os.Stderr, *f.level) }
+// logger is the command's logger, writing to w: the error writer dispatch
+// was given (stderr when run from the shell, what a test waits on in
+// this package's tests).
+func (f logFlags) logger(w io.Writer) (*slog.Logger, error) { return newLogger(w, *f.level) }
 
 // p2pListenFlags: where a libp2p host listens, -listen-port or -listen.
 type p2pListenFlags struct {

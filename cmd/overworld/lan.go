@@ -29,7 +29,7 @@ func init() { extraCommands = append(extraCommands, lanCommand()) }
 
 func lanCommand() command {
 	const summary = "play on a LAN: every player is its own mirror, the authority rotates, games are found by multicast"
-	return command{name: "lan", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "lan", summary: summary, run: func(ctx context.Context, args []string, out, errOut io.Writer) error {
 		fs := newFlagSet("lan", summary+`.
 
 LAN mode needs no server at all. The player's process runs a mirror (mirror
@@ -57,7 +57,7 @@ Characters live only as long as the game (there is no account server).`, out)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := logF.logger()
+		log, err := logF.logger(errOut)
 		if err != nil {
 			return err
 		}

@@ -26,8 +26,9 @@ type command struct {
 	name    string
 	summary string
 	// run parses args and works until ctx is cancelled (SIGINT/SIGTERM) or
-	// the job is done. It writes what a person reads to out.
-	run func(ctx context.Context, args []string, out io.Writer) error
+	// the job is done. It writes what a person reads to out and its logs
+	// to errOut.
+	run func(ctx context.Context, args []string, out, errOut io.Writer) error
 }
 
 // commands lists every subcommand; help and dispatch read it.
@@ -78,7 +79,7 @@ func dispatch(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	for _, c := range commands() {
 		if c.name == name {
-			return c.run(ctx, args[1:], out)
+			return c.run(ctx, args[1:], out, errOut)
 		}
 	}
 	printUsage(errOut)

@@ -18,7 +18,7 @@ func init() { extraCommands = append(extraCommands, masterCommand()) }
 
 func masterCommand() command {
 	const summary = "run the master server: the registry of mirror-mode games and their mirrors"
-	return command{name: "master", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "master", summary: summary, run: func(ctx context.Context, args []string, out, errOut io.Writer) error {
 		fs := newFlagSet("master", summary+`.
 
 Game authorities register their games under /v1/games with an operator
@@ -38,7 +38,7 @@ SIGTERM drains and stops.`, out)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := logF.logger()
+		log, err := logF.logger(errOut)
 		if err != nil {
 			return err
 		}

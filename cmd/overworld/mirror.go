@@ -26,7 +26,7 @@ func init() { extraCommands = append(extraCommands, mirrorCommand()) }
 
 func mirrorCommand() command {
 	const summary = "run a mirror server: the game over CRIMP multicast, kept consistent by TSS"
-	return command{name: "mirror", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "mirror", summary: summary, run: func(ctx context.Context, args []string, out, errOut io.Writer) error {
 		fs := newFlagSet("mirror", summary+`.
 
 Mirror mode is for a private network with IP multicast. One mirror is the
@@ -73,7 +73,7 @@ beyond the repetition) installs the authority's after the hash exchange.`, out)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := logF.logger()
+		log, err := logF.logger(errOut)
 		if err != nil {
 			return err
 		}

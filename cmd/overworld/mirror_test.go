@@ -28,17 +28,14 @@ func fetch(t testing.TB, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// awaitReady waits for the mirror at addr to answer /readyz with 200. A
-// mirror says nothing when it gets ready; only /readyz shows it.
-func awaitReady(t testing.TB, addr string) {
+// awaitReady waits for the mirror command to log that it is ready (it
+// must run at -log-level info or lower), then checks that its /readyz at
+// addr says so too.
+func awaitReady(t testing.TB, mirrorCmd *runningCommand, addr string) {
 	t.Helper()
-	var body string
-	if err := await.UntilErr(30*time.Second, "the mirror's /readyz", func() bool {
-		var code int
-		code, body = fetch(t, "http://"+addr+"/readyz")
-		return code == http.StatusOK
-	}); err != nil {
-		t.Fatalf("%v: %s", err, body)
+	mirrorCmd.logged(t, regexp.MustCompile(`msg="mirror ready: serving clients"`))
+	if code, body := fetch(t, "http://"+addr+"/readyz"); code != http.StatusOK {
+		t.Fatalf("the mirror logged it is ready, but /readyz answers %d: %s", code, body)
 	}
 }
 
@@ -64,7 +61,7 @@ func TestMirrorCommandAsAnOperator(t *testing.T) {
 	mctx, stopMirror := context.WithCancel(ctx)
 	defer stopMirror()
 	mirrorCmd := startCommand(mctx, "mirror", "-authority", "-crimp", "memory", "-account", acctURL, "-listen", "127.0.0.1:0",
-		"-state-listen", "127.0.0.1:0", "-data-dir", filepath.Join(dir, "mirror"), "-world-size", "3x3", "-log-level", "error")
+		"-state-listen", "127.0.0.1:0", "-data-dir", filepath.Join(dir, "mirror"), "-world-size", "3x3", "-log-level", "info")
 	addr := mirrorCmd.match(t, regexp.MustCompile(`mirror serving clients on ws://(127\.0\.0\.1:\d+)/ws`))[1]
 	if !regexp.MustCompile(`authority public key .*: \S+`).MatchString(mirrorCmd.out.String()) {
 		t.Fatalf("the authority did not print its public key:\n%s", mirrorCmd.out.String())
@@ -72,7 +69,7 @@ func TestMirrorCommandAsAnOperator(t *testing.T) {
 	if _, err := loadOrCreateAuthorityKey(filepath.Join(dir, "mirror", "mirror-authority.pem")); err != nil {
 		t.Fatalf("the authority key file: %v", err)
 	}
-	awaitReady(t, addr)
+	awaitReady(t, mirrorCmd, addr)
 
 	key, _, err := crypto.GenerateEd25519Key(nil)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 func peerCommand() command {
 	const summary = "run a headless full peer: coordinates and replicates regions, no player"
-	return command{name: "peer", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "peer", summary: summary, run: func(ctx context.Context, args []string, out, errOut io.Writer) error {
 		fs := newFlagSet("peer", summary+`.
 
 Joins through the bootstrap nodes given with -bootstrap (retrying with
@@ -40,7 +40,7 @@ its leases.`, out)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := logF.logger()
+		log, err := logF.logger(errOut)
 		if err != nil {
 			return err
 		}

@@ -22,7 +22,7 @@ func init() { extraCommands = append(extraCommands, playCommand()) }
 
 func playCommand() command {
 	const summary = "play: join the overlay and serve the game's page on 127.0.0.1"
-	return command{name: "play", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "play", summary: summary, run: func(ctx context.Context, args []string, out, errOut io.Writer) error {
 		fs := newFlagSet("play", summary+`.
 
 Joins through the bootstrap nodes, plays in the world named -world (all
@@ -49,7 +49,7 @@ directly. Ctrl-C stops.`, out)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		log, err := logF.logger()
+		log, err := logF.logger(errOut)
 		if err != nil {
 			return err
 		}

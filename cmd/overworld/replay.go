@@ -18,7 +18,7 @@ func init() {
 	})
 }
 
-func runReplay(_ context.Context, args []string, out io.Writer) error {
+func runReplay(_ context.Context, args []string, out, _ io.Writer) error {
 	fs := newFlagSet("replay FILE", "Replay a trailing state synchronization trace (written by a mirror or by bench tss -trace): every delivery, tick and delay change is run again on the world the header describes, and every recorded checkpoint (tick, hash of the last state) must come out the same. A corrupt trace is reported with the byte offset of the damaged record.", out)
 	var file string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {

@@ -16,7 +16,7 @@ func init() {
 
 func simCommand() command {
 	const summary = "simulate many players on an in-memory network and report bandwidth and delay"
-	return command{name: "sim", summary: summary, run: func(ctx context.Context, args []string, out io.Writer) error {
+	return command{name: "sim", summary: summary, run: func(ctx context.Context, args []string, out, _ io.Writer) error {
 		cfg := sim.DefaultConfig()
 		fs := newFlagSet("sim", summary, out)
 		fs.IntVar(&cfg.Players, "players", cfg.Players, "number of players (each a full peer)")
@@ -52,6 +52,8 @@ func simCommand() command {
 		default:
 			return fmt.Errorf("sim: -bots %q: want sim or play", *bots)
 		}
+		// The simulator's logs go with its progress and report on out,
+		// as they always have: its run is one report a person reads.
 		log, err := newLogger(out, *logF.level)
 		if err != nil {
 			return err

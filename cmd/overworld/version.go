@@ -14,7 +14,7 @@ func versionCommand() command {
 	return command{
 		name:    "version",
 		summary: "print the version of overworld and its main libraries",
-		run: func(_ context.Context, args []string, out io.Writer) error {
+		run: func(_ context.Context, args []string, out, _ io.Writer) error {
 			fs := newFlagSet("version", "Print the version of overworld, Go and the libp2p libraries it was built with.", out)
 			if err := parseFlags(fs, args); err != nil {
 				return err

@@ -236,13 +236,15 @@ func (s *Server) decide(key actionKey, now time.Time) {
 	// before its last state runs the tick.
 	within := min(s.cfg.DecideWithin, cfg.Delays[len(cfg.Delays)-1])
 	deadline := cfg.Epoch + int64(tick)*int64(cfg.TickPeriod) + int64(within)
-	if a.seen.UnixNano() > deadline || now.UnixNano() > deadline || tick <= s.sync.Last().Tick() {
+	late := a.seen.UnixNano() > deadline || now.UnixNano() > deadline || tick <= s.sync.Last().Tick()
+	if late {
 		// Late: a stand-in stamped now, in this tick, in canonical order
 		// with the others decided in it.
 		at = max(now.UnixNano(), at)
 		s.m.ev.decidedLate.Add(1)
 	}
 	s.m.ev.decided.Add(1)
+	s.log.Debug("decided an action", "ingress", key.mirror, "seq", key.seq, "tick", cfg.TickOf(at), "late", late)
 	d := Command{Command: a.cmd.Command, Decision: at}
 	s.ev.out = append(s.ev.out, d)
 	s.applyDecision(d, now)

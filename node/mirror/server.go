@@ -379,7 +379,16 @@ func (s *Server) updateReady() {
 		why = "clock skew to another mirror beyond MaxSkew"
 	}
 	s.m.notReady.Store(why)
-	s.m.ready.Store(why == "")
+	// Only the turns are logged (this runs every tick): an operator sees
+	// when /readyz starts and stops answering 200, and why it stopped.
+	ready := why == ""
+	if was := s.m.ready.Swap(ready); was != ready {
+		if ready {
+			s.log.Info("mirror ready: serving clients")
+		} else {
+			s.log.Info("mirror not ready", "reason", why)
+		}
+	}
 }
 
 // confirmedRefusals are the refusals of the last state (a scrape calls it).

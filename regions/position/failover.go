@@ -105,13 +105,16 @@ func (f *fallback) decide(seq uint64, coord peer.ID, result uplinkResult) (direc
 
 // echo records that the batch of coordinator from carried this player's
 // update seq. An answer from the coordinator the player sends to ends a
-// fallback.
-func (f *fallback) echo(from peer.ID, seq uint64) {
+// fallback. It reports whether this is the coordinator's first answer
+// since the player began sending to it.
+func (f *fallback) echo(from peer.ID, seq uint64) (first bool) {
 	if from == "" || from != f.coord || seq < f.since || seq <= f.echoed {
-		return
+		return false
 	}
+	first = f.echoed == 0
 	f.echoed = seq
 	f.direct = false
+	return first
 }
 
 // sendAggregated is the aggregated-mode half of a tick: the update goes
@@ -180,8 +183,9 @@ func (s *Service) noteEcho(msg *pubsub.Message) {
 	if err != nil {
 		return
 	}
+	b := env.GetBatch()
 	var newest uint64
-	for _, u := range env.GetBatch().GetUpdates() {
+	for _, u := range b.GetUpdates() {
 		if peer.ID(u.GetPlayer()) == s.self {
 			newest = max(newest, u.GetSeq())
 		}
@@ -190,8 +194,13 @@ func (s *Service) noteEcho(msg *pubsub.Message) {
 		return
 	}
 	s.mu.Lock()
-	s.fb.echo(author, newest)
+	first := s.fb.echo(author, newest)
 	s.mu.Unlock()
+	if first {
+		// Once per coordinator the player turns to: from here on its
+		// updates reach the region through that coordinator's batches.
+		s.log.Debug("coordinator publishes our positions", "region", coordOf(b.GetRegionX(), b.GetRegionY()), "coordinator", author)
+	}
 }
 
 // refreshCoordinators takes the coordinators of the subscribed regions

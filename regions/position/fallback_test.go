@@ -8,7 +8,8 @@ import (
 
 // TestFallbackDecisions walks the fallback state machine through a
 // coordinator that answers, goes quiet, answers again, breaks and is
-// replaced, checking the update of every tick.
+// replaced, checking the update of every tick and which answers are a
+// coordinator's first (the ones the service logs).
 func TestFallbackDecisions(t *testing.T) {
 	const c1, c2, self = peer.ID("c1"), peer.ID("c2"), peer.ID("me")
 	f := fallback{after: 2}
@@ -17,6 +18,7 @@ func TestFallbackDecisions(t *testing.T) {
 		coord   peer.ID
 		result  uplinkResult
 		echo    uint64 // echoed from coord before this tick's decision (0: none)
+		first   bool   // that echo is coord's first answer
 		direct  bool
 		started string
 		resumed bool
@@ -27,7 +29,7 @@ func TestFallbackDecisions(t *testing.T) {
 		{seq: 2, result: uplinkNone, direct: true},
 		// A coordinator takes the updates; direct until it answers.
 		{seq: 3, coord: c1, result: uplinkSent, direct: true},
-		{seq: 4, coord: c1, result: uplinkSent, echo: 3, direct: false, resumed: true},
+		{seq: 4, coord: c1, result: uplinkSent, echo: 3, first: true, direct: false, resumed: true},
 		{seq: 5, coord: c1, result: uplinkSent, echo: 4},
 		// It answers 5 and then goes quiet: 6 and 7 unanswered, 8 direct.
 		{seq: 6, coord: c1, result: uplinkSent, echo: 5},
@@ -46,7 +48,7 @@ func TestFallbackDecisions(t *testing.T) {
 		{seq: 14, coord: c1, result: uplinkBroken, direct: true, started: FallbackUplinkFailed},
 		// A new coordinator: still direct until it answers.
 		{seq: 15, coord: c2, result: uplinkSent, direct: true},
-		{seq: 16, coord: c2, result: uplinkSent, echo: 15, resumed: true},
+		{seq: 16, coord: c2, result: uplinkSent, echo: 15, first: true, resumed: true},
 		// A new coordinator while aggregated gets its own budget.
 		{seq: 17, coord: c1, result: uplinkSent},
 		{seq: 18, coord: c1, result: uplinkSent},
@@ -57,12 +59,16 @@ func TestFallbackDecisions(t *testing.T) {
 	}
 	for _, st := range steps {
 		if st.echo != 0 {
-			f.echo(f.coord, st.echo)
+			if first := f.echo(f.coord, st.echo); first != st.first {
+				t.Fatalf("echo of %d before update %d: first answer %v, want %v", st.echo, st.seq, first, st.first)
+			}
 		}
 		if st.seq == 13 {
 			// A batch of another peer carrying the player's update is no
 			// answer from its coordinator.
-			f.echo(c2, 13)
+			if f.echo(c2, 13) {
+				t.Fatal("a batch of another peer counted as the coordinator's first answer")
+			}
 		}
 		direct, started, resumed := f.decide(st.seq, st.coord, st.result)
 		if direct != st.direct || started != st.started || resumed != st.resumed {
