@@ -468,65 +468,28 @@ func (s *Service) checkHandoff(c Coord, src peer.ID, hr *pb.HandoffReply) string
 }
 
 // serveHandoff answers a peer that wants to take region c over; grant is
-// the grant of the region's lease it showed (nil if none).
+// the grant of the region's lease it showed (nil if none). The loop
+// decides (handoffOnLoop); a replica's probe of the coordinator it knows
+// runs on this goroutine and hands its answer to the loop, and the wait
+// for the machine's reply (its batch in flight) is this goroutine's too.
 func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffReply {
 	self := s.h.ID()
 	sl := s.slot(c)
-	sl.mu.Lock()
-	role, coord := sl.m.role, sl.m.coordinator
-	leaseless := s.cfg.Proofs != nil && sl.m.currentProof() == nil
-	sl.mu.Unlock()
-	switch role {
-	case pb.Role_ROLE_COORDINATOR:
-		// A coordinator without the lease cannot commit: it hands the
-		// region to the peer that shows the lease, closer or not, which
-		// may need this copy before it commits (compareCopies); placement
-		// brings the region back to the closest peer afterwards.
-		if !s.closer(c, from, self) && s.eligible(c) && !(leaseless && len(grant) > 0 && s.leaseHolder(c, from, grant)) {
-			return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
-		}
-	case pb.Role_ROLE_REPLICA:
-		if coord != from && s.alive(coord) && s.probe(coord) {
-			return &pb.HandoffReply{Error: "the coordinator is alive", Redirect: []byte(coord)}
-		}
-		if !s.closer(c, from, self) {
-			s.startAcquire(c)
-			return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
-		}
-	default:
-		return &pb.HandoffReply{Error: "no state for region"}
-	}
-	ch := make(chan *pb.HandoffReply, 1)
-	var refused *pb.HandoffReply
-	ran := s.onLoop(func() {
-		sl.mu.Lock()
-		if sl.m.role != role || sl.m.coordinator != coord {
-			sl.mu.Unlock()
-			refused = &pb.HandoffReply{Error: "role changed; ask again"}
-			return
-		}
-		if sl.handoffs[from] != nil {
-			// The same peer asks again while its first hand-off runs:
-			// that one keeps the reply (as the machine would say).
-			sl.mu.Unlock()
-			refused = &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(from)}
-			return
-		}
-		if sl.handoffs == nil {
-			sl.handoffs = map[peer.ID]chan *pb.HandoffReply{}
-		}
-		sl.handoffs[from] = ch
-		s.feedLease(c, sl)
-		eff := sl.m.Handoff(from, time.Now())
-		sl.mu.Unlock()
-		s.run(c, sl, eff)
-	})
-	switch {
-	case !ran:
+	var next handoffNext
+	if !s.onLoop(func() { next = s.handoffOnLoop(c, sl, from, grant) }) {
 		return &pb.HandoffReply{Error: "shutting down"}
-	case refused != nil:
-		return refused
 	}
+	if next.probe != "" {
+		first := next
+		answered := s.ping(first.probe)
+		if !s.onLoop(func() { next = s.handoffProbedOnLoop(c, sl, from, first, answered) }) {
+			return &pb.HandoffReply{Error: "shutting down"}
+		}
+	}
+	if next.reply != nil {
+		return next.reply
+	}
+	ch := next.wait
 	timer := time.NewTimer(s.cfg.RequestTimeout)
 	defer timer.Stop()
 	unwait := func() {
@@ -554,6 +517,105 @@ func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffR
 		unwait()
 		return &pb.HandoffReply{Error: "shutting down"}
 	}
+}
+
+// handoffNext is what serving a hand-off does next, as the loop decided:
+// answer reply now; or probe the coordinator this replica knows, then
+// ask the loop again (role and coordinator are what the loop saw); or
+// wait for the machine's reply on wait.
+type handoffNext struct {
+	reply *pb.HandoffReply
+	probe peer.ID
+	role  pb.Role
+	coord peer.ID
+	wait  chan *pb.HandoffReply
+}
+
+// handoffOnLoop decides, on the loop, how this peer answers from's ask to
+// hand region c over. A coordinator refuses a peer that is not closer
+// (unless it lacks the lease that peer shows, or steps aside). A replica
+// first makes sure its coordinator is gone, unless the asker is that
+// coordinator: one it believes alive is probed (handoffProbedOnLoop
+// takes the answer); then it refuses a peer that is not closer and
+// takes the region over itself.
+func (s *Service) handoffOnLoop(c Coord, sl *slot, from peer.ID, grant []byte) handoffNext {
+	self := s.h.ID()
+	sl.mu.Lock()
+	role, coord := sl.m.role, sl.m.coordinator
+	leaseless := s.cfg.Proofs != nil && sl.m.currentProof() == nil
+	sl.mu.Unlock()
+	switch role {
+	case pb.Role_ROLE_COORDINATOR:
+		// A coordinator without the lease cannot commit: it hands the
+		// region to the peer that shows the lease, closer or not, which
+		// may need this copy before it commits (compareCopies); placement
+		// brings the region back to the closest peer afterwards.
+		if !s.closer(c, from, self) && s.eligible(c) && !(leaseless && len(grant) > 0 && s.leaseHolder(c, from, grant)) {
+			return handoffNext{reply: &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}}
+		}
+	case pb.Role_ROLE_REPLICA:
+		if coord != from && s.alive(coord) {
+			return handoffNext{probe: coord, role: role, coord: coord}
+		}
+		if r := s.replicaCloserOnLoop(c, from); r != nil {
+			return handoffNext{reply: r}
+		}
+	default:
+		return handoffNext{reply: &pb.HandoffReply{Error: "no state for region"}}
+	}
+	return s.startHandoffOnLoop(c, sl, from, role, coord)
+}
+
+// handoffProbedOnLoop goes on with first, a replica's decision to probe
+// its coordinator, once the probe answered or not.
+func (s *Service) handoffProbedOnLoop(c Coord, sl *slot, from peer.ID, first handoffNext, answered bool) handoffNext {
+	if answered {
+		return handoffNext{reply: &pb.HandoffReply{Error: "the coordinator is alive", Redirect: []byte(first.coord)}}
+	}
+	s.markDeadOnLoop(first.coord)
+	if r := s.replicaCloserOnLoop(c, from); r != nil {
+		return handoffNext{reply: r}
+	}
+	return s.startHandoffOnLoop(c, sl, from, first.role, first.coord)
+}
+
+// replicaCloserOnLoop is a replica's refusal of a hand-off to from when
+// this peer is closer to region c: it takes the region over itself. Nil
+// when from is closer.
+func (s *Service) replicaCloserOnLoop(c Coord, from peer.ID) *pb.HandoffReply {
+	self := s.h.ID()
+	if s.closer(c, from, self) {
+		return nil
+	}
+	s.startAcquire(c)
+	return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
+}
+
+// startHandoffOnLoop hands region c's machine from's ask, if the machine
+// still has the role and coordinator the decision saw: the machine's
+// reply comes on the returned wait once its batch in flight committed.
+func (s *Service) startHandoffOnLoop(c Coord, sl *slot, from peer.ID, role pb.Role, coord peer.ID) handoffNext {
+	sl.mu.Lock()
+	if sl.m.role != role || sl.m.coordinator != coord {
+		sl.mu.Unlock()
+		return handoffNext{reply: &pb.HandoffReply{Error: "role changed; ask again"}}
+	}
+	if sl.handoffs[from] != nil {
+		// The same peer asks again while its first hand-off runs: that
+		// one keeps the reply (as the machine would say).
+		sl.mu.Unlock()
+		return handoffNext{reply: &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(from)}}
+	}
+	if sl.handoffs == nil {
+		sl.handoffs = map[peer.ID]chan *pb.HandoffReply{}
+	}
+	ch := make(chan *pb.HandoffReply, 1)
+	sl.handoffs[from] = ch
+	s.feedLease(c, sl)
+	eff := sl.m.Handoff(from, time.Now())
+	sl.mu.Unlock()
+	s.run(c, sl, eff)
+	return handoffNext{wait: ch}
 }
 
 // leaseHolder reports whether grant proves from the holder of region c's
