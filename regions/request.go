@@ -24,7 +24,10 @@ func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request, gone <-ch
 }
 
 // serveRequestOnce is serveRequest; waited says it already waited for an
-// acquisition of the region to end.
+// acquisition of the region to end. One step on the loop (requestOnLoop)
+// reads the region's role and decides; this goroutine then does what
+// waits for the network: the machine's answer (it waits for the
+// replica's acknowledgement), a probe, a forward, the acquisition's end.
 func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waited bool, gone <-chan struct{}) *pb.Reply {
 	player := from
 	if req.Forwarded {
@@ -41,158 +44,214 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 	if sl == nil {
 		return s.redirectOrAcquire(from, c, req, waited, gone)
 	}
-	sl.mu.Lock()
-	switch sl.m.role {
-	case pb.Role_ROLE_COORDINATOR:
+	w := requestWait{key: waitKey{player, string(req.RequestId)}, ch: make(chan *pb.Reply, 1)}
+	var next requestNext
+	if !s.onLoop(func() { next = s.requestOnLoop(c, sl, player, req, w) }) {
+		sl.mu.Lock()
+		sl.unwait(w.key, w.ch)
 		sl.mu.Unlock()
-		if r, ok := s.submit(c, sl, player, req, gone); ok {
-			return r
-		}
-		// The role changed before the request reached the machine.
-		return s.serveRequestOnce(from, c, req, waited, gone)
-	case pb.Role_ROLE_REPLICA:
-		coord := sl.m.coordinator
-		sl.mu.Unlock()
-		return s.redirectToCoordinator(c, coord, req)
+		return shuttingDown()
 	}
-	acquiring, src, acquired := sl.acquiring, sl.source, sl.acquired
-	sl.mu.Unlock()
-	if acquiring {
-		if src != "" && !req.Forwarded {
-			// The transfer is running: the old coordinator still serves
-			// until it hands the region over (then it sends the request
-			// back here, and it waits below).
-			fwd := proto.Clone(req).(*pb.Request)
-			fwd.Forwarded, fwd.Origin, fwd.Suspects = true, []byte(player), nil
-			// The forwarded request ends when the player goes away, so
-			// that the coordinator drops it too.
-			fctx, fcancel := context.WithCancel(s.ctx)
-			if gone != nil {
-				stop := make(chan struct{})
-				go func() {
-					select {
-					case <-gone:
-						fcancel()
-					case <-stop:
-					}
-				}()
-				defer close(stop)
-			}
-			reply, err := s.call(fctx, src, c, &pb.Message{Body: &pb.Message_Request{Request: fwd}})
-			fcancel()
-			if err == nil && reply.GetReply() != nil && reply.GetReply().Status != pb.Status_STATUS_REDIRECT &&
-				reply.GetReply().Status != pb.Status_STATUS_RETRY {
-				return reply.GetReply()
-			}
-		}
-		// Wait for the acquisition to end rather than send the player
-		// away to retry: it ends within a few round trips.
-		if !waited {
-			timer := time.NewTimer(s.cfg.RequestTimeout)
-			defer timer.Stop()
-			select {
-			case <-acquired:
-				return s.serveRequestOnce(from, c, req, true, gone)
-			case <-timer.C:
-			case <-s.ctx.Done():
-			}
-		}
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "state transfer running"}
+	switch next.path {
+	case pathSubmitted:
+		return s.awaitAnswer(sl, player, req, w, gone)
+	case pathReplica:
+		return s.redirectToCoordinator(c, next)
+	case pathAcquiring:
+		return s.forwardOrAwaitAcquisition(from, player, c, req, waited, gone, next)
 	}
 	return s.redirectOrAcquire(from, c, req, waited, gone)
 }
 
-// submit hands player's request to region c's machine, on the Service's
-// loop, and waits for its answer; false if this peer no longer
-// coordinated the region by then (nothing was submitted).
-func (s *Service) submit(c Coord, sl *slot, player peer.ID, req *pb.Request, gone <-chan struct{}) (*pb.Reply, bool) {
-	ch := make(chan *pb.Reply, 1)
-	key := waitKey{player, string(req.RequestId)}
-	submitted := false
-	ran := s.onLoop(func() {
-		sl.mu.Lock()
-		if sl.m.role != pb.Role_ROLE_COORDINATOR {
-			sl.mu.Unlock()
-			return
-		}
+// requestPath is the way serving a request goes on after the loop's step.
+type requestPath int
+
+const (
+	// pathElsewhere: this peer has no role in the region: it redirects
+	// the player, or takes the region over (redirectOrAcquire).
+	pathElsewhere requestPath = iota
+	// pathSubmitted: this peer coordinates; the machine has the request
+	// and its answer comes on the request's wait.
+	pathSubmitted
+	// pathReplica: this peer replicates; it redirects to the coordinator,
+	// probes the coordinator first, or takes the region over.
+	pathReplica
+	// pathAcquiring: this peer is taking the region over; the request is
+	// forwarded to the peer handing it over, or waits for the end.
+	pathAcquiring
+)
+
+// requestNext is what the loop decided for a request, and what the
+// request's goroutine needs for it.
+type requestNext struct {
+	path requestPath
+	// pathReplica: the coordinator, and whether the player is redirected
+	// to it now, or after a probe of it that answers (neither: this peer
+	// takes the region over).
+	coord           peer.ID
+	redirect, probe bool
+	// pathAcquiring: the peer handing the region over ("" if none yet),
+	// and what closes when the acquisition ends.
+	source   peer.ID
+	acquired <-chan struct{}
+}
+
+// requestWait is where a request submitted to the machine is answered.
+type requestWait struct {
+	key waitKey
+	ch  chan *pb.Reply
+}
+
+// requestOnLoop takes a player's request for region c on the loop: a
+// coordinator's machine takes it at once (its answer comes on w); a
+// replica decides whether to redirect (replicaRedirectOnLoop); a peer
+// acquiring the region says where the transfer comes from.
+func (s *Service) requestOnLoop(c Coord, sl *slot, player peer.ID, req *pb.Request, w requestWait) requestNext {
+	sl.mu.Lock()
+	switch sl.m.role {
+	case pb.Role_ROLE_COORDINATOR:
 		// The request's deadline is when this peer stops waiting for its
 		// answer: a lock granted later would go to nobody and block the
 		// object's other waiters until its TTL.
 		now := time.Now()
 		p := &pending{from: player, req: req, deadlineMs: now.Add(s.cfg.RequestTimeout).UnixMilli()}
-		sl.wait(key, ch)
+		sl.wait(w.key, w.ch)
 		s.feedLease(c, sl)
 		eff := sl.m.Submit(p, now)
 		sl.mu.Unlock()
-		submitted = true
 		s.run(c, sl, eff)
-	})
-	if !ran {
-		sl.mu.Lock()
-		sl.unwait(key, ch)
+		return requestNext{path: pathSubmitted}
+	case pb.Role_ROLE_REPLICA:
+		coord := sl.m.coordinator
 		sl.mu.Unlock()
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}, true
+		redirect, probe := s.replicaRedirectOnLoop(c, coord, req)
+		return requestNext{path: pathReplica, coord: coord, redirect: redirect, probe: probe}
 	}
-	if !submitted {
-		return nil, false
+	acquiring := sl.acquiring
+	next := requestNext{path: pathAcquiring, source: sl.source, acquired: sl.acquired}
+	sl.mu.Unlock()
+	if !acquiring {
+		return requestNext{path: pathElsewhere}
 	}
+	return next
+}
+
+// awaitAnswer waits for the machine's answer to player's request req,
+// submitted on the loop with wait w, until the request times out, the
+// player goes away or the Service closes.
+func (s *Service) awaitAnswer(sl *slot, player peer.ID, req *pb.Request, w requestWait, gone <-chan struct{}) *pb.Reply {
 	timer := time.NewTimer(s.cfg.RequestTimeout)
 	defer timer.Stop()
 	abandon := func() {
 		s.onLoop(func() {
 			sl.mu.Lock()
 			// A retry that took this caller's place waits for it still.
-			if sl.unwait(key, ch) {
+			if sl.unwait(w.key, w.ch) {
 				sl.m.Abandon(player, req.RequestId, time.Now())
 			}
 			sl.mu.Unlock()
 		})
 	}
 	select {
-	case r := <-ch:
-		return r, true
+	case r := <-w.ch:
+		return r
 	case <-timer.C:
 		abandon()
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "coordinator busy"}, true
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "coordinator busy"}
 	case <-gone:
 		abandon()
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the player went away"}, true
+		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the player went away"}
 	case <-s.ctx.Done():
 		sl.mu.Lock()
-		sl.unwait(key, ch)
+		sl.unwait(w.key, w.ch)
 		sl.mu.Unlock()
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}, true
+		return shuttingDown()
 	}
 }
 
-// redirectToCoordinator answers a request that reached this replica of
-// region c: it redirects the player to coordinator coord, unless coord is
-// dead or, named as a suspect, fails a probe (at most one per
-// ProbeTimeout): then this peer takes the region over. The loop decides;
-// the probe runs on this goroutine and hands its answer to the loop.
-func (s *Service) redirectToCoordinator(c Coord, coord peer.ID, req *pb.Request) *pb.Reply {
-	var redirect, probe bool
-	takeOver := func() {
-		s.markDeadOnLoop(coord)
-		s.startAcquire(c)
-	}
-	if !s.onLoop(func() {
-		switch {
-		case !s.alive(coord):
-			takeOver()
-		case !suspected(req, coord) || !s.live.probeDue(coord, time.Now()):
-			redirect = true
-		default:
-			probe = true
+// forwardOrAwaitAcquisition answers a request that reached this peer
+// while it takes region c over (next, as the loop saw it): while the
+// transfer runs, the peer handing the region over still serves it;
+// otherwise the request waits for the acquisition to end (once) and is
+// served again.
+func (s *Service) forwardOrAwaitAcquisition(from, player peer.ID, c Coord, req *pb.Request, waited bool, gone <-chan struct{}, next requestNext) *pb.Reply {
+	if src := next.source; src != "" && !req.Forwarded {
+		// The transfer is running: the old coordinator still serves
+		// until it hands the region over (then it sends the request
+		// back here, and it waits below).
+		fwd := proto.Clone(req).(*pb.Request)
+		fwd.Forwarded, fwd.Origin, fwd.Suspects = true, []byte(player), nil
+		// The forwarded request ends when the player goes away, so
+		// that the coordinator drops it too.
+		fctx, fcancel := context.WithCancel(s.ctx)
+		if gone != nil {
+			stop := make(chan struct{})
+			go func() {
+				select {
+				case <-gone:
+					fcancel()
+				case <-stop:
+				}
+			}()
+			defer close(stop)
 		}
-	}) {
-		return shuttingDown()
+		reply, err := s.call(fctx, src, c, &pb.Message{Body: &pb.Message_Request{Request: fwd}})
+		fcancel()
+		if err == nil && reply.GetReply() != nil && reply.GetReply().Status != pb.Status_STATUS_REDIRECT &&
+			reply.GetReply().Status != pb.Status_STATUS_RETRY {
+			return reply.GetReply()
+		}
 	}
-	if probe {
+	// Wait for the acquisition to end rather than send the player
+	// away to retry: it ends within a few round trips.
+	if !waited {
+		timer := time.NewTimer(s.cfg.RequestTimeout)
+		defer timer.Stop()
+		select {
+		case <-next.acquired:
+			return s.serveRequestOnce(from, c, req, true, gone)
+		case <-timer.C:
+		case <-s.ctx.Done():
+		}
+	}
+	return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "state transfer running"}
+}
+
+// replicaRedirectOnLoop decides, on the loop, how this replica of region
+// c answers a request: redirect the player to coordinator coord; or,
+// coord being named a suspect, probe it first (at most once per
+// ProbeTimeout); or, coord being dead, take the region over (neither).
+func (s *Service) replicaRedirectOnLoop(c Coord, coord peer.ID, req *pb.Request) (redirect, probe bool) {
+	switch {
+	case !s.alive(coord):
+		s.replicaTakeOverOnLoop(c, coord)
+	case !suspected(req, coord) || !s.live.probeDue(coord, time.Now()):
+		redirect = true
+	default:
+		probe = true
+	}
+	return redirect, probe
+}
+
+// replicaTakeOverOnLoop: this replica of region c found its coordinator
+// coord gone, and takes the region over.
+func (s *Service) replicaTakeOverOnLoop(c Coord, coord peer.ID) {
+	s.markDeadOnLoop(coord)
+	s.startAcquire(c)
+}
+
+// redirectToCoordinator answers a request that reached this replica of
+// region c, as the loop decided (replicaRedirectOnLoop): a redirect to
+// the coordinator, or a take-over, or the probe of the coordinator, run
+// on this goroutine, whose answer the loop takes: one that fails makes
+// this peer take the region over.
+func (s *Service) redirectToCoordinator(c Coord, next requestNext) *pb.Reply {
+	coord, redirect := next.coord, next.redirect
+	if next.probe {
 		answered := s.ping(coord)
 		if !s.onLoop(func() {
 			if redirect = answered; !answered {
-				takeOver()
+				s.replicaTakeOverOnLoop(c, coord)
 			}
 		}) {
 			return shuttingDown()

@@ -713,9 +713,15 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 		s.refuse(c, from, "replication", reason)
 		ack := &pb.ReplicateAck{}
 		if sl := s.existingSlot(c); sl != nil {
-			sl.mu.Lock()
-			ack.Epoch = sl.m.epoch
-			sl.mu.Unlock()
+			// The epoch between two machine steps, as the loop takes them.
+			var epoch uint64
+			if s.onLoop(func() {
+				sl.mu.Lock()
+				epoch = sl.m.epoch
+				sl.mu.Unlock()
+			}) {
+				ack.Epoch = epoch
+			}
 		}
 		return ack
 	}
