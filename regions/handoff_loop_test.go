@@ -53,9 +53,7 @@ func loopTestServices(t *testing.T, net *memnet.Network, n int) []*Service {
 func makeReplica(s *Service, coord peer.ID) {
 	sl := s.slot(loopTestRegion)
 	s.onLoop(func() {
-		sl.mu.Lock()
 		sl.m.role, sl.m.coordinator, sl.m.epoch = pb.Role_ROLE_REPLICA, coord, 1
-		sl.mu.Unlock()
 	})
 }
 
@@ -122,9 +120,7 @@ func TestReplicaAnswersHandoffOnTheLoop(t *testing.T) {
 			var coord peer.ID
 			sl := re.existingSlot(c)
 			re.onLoop(func() {
-				sl.mu.Lock()
 				coord = sl.m.coordinator
-				sl.mu.Unlock()
 			})
 			if coord != askerID {
 				t.Fatalf("replica's coordinator after the hand-off = %s, want the asker %s", coord, askerID)

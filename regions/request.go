@@ -47,9 +47,8 @@ func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waite
 	w := requestWait{key: waitKey{player, string(req.RequestId)}, ch: make(chan *pb.Reply, 1)}
 	var next requestNext
 	if !s.onLoop(func() { next = s.requestOnLoop(c, sl, player, req, w) }) {
-		sl.mu.Lock()
-		sl.unwait(w.key, w.ch)
-		sl.mu.Unlock()
+		// The Service closed: nobody answers any more (a wait the step
+		// left in the slot's table is garbage with it).
 		return shuttingDown()
 	}
 	switch next.path {
@@ -107,7 +106,6 @@ type requestWait struct {
 // replica decides whether to redirect (replicaRedirectOnLoop); a peer
 // acquiring the region says where the transfer comes from.
 func (s *Service) requestOnLoop(c Coord, sl *slot, player peer.ID, req *pb.Request, w requestWait) requestNext {
-	sl.mu.Lock()
 	switch sl.m.role {
 	case pb.Role_ROLE_COORDINATOR:
 		// The request's deadline is when this peer stops waiting for its
@@ -118,18 +116,15 @@ func (s *Service) requestOnLoop(c Coord, sl *slot, player peer.ID, req *pb.Reque
 		sl.wait(w.key, w.ch)
 		s.feedLease(c, sl)
 		eff := sl.m.Submit(p, now)
-		sl.mu.Unlock()
 		s.run(c, sl, eff)
 		return requestNext{path: pathSubmitted}
 	case pb.Role_ROLE_REPLICA:
 		coord := sl.m.coordinator
-		sl.mu.Unlock()
 		redirect, probe := s.replicaRedirectOnLoop(c, coord, req)
 		return requestNext{path: pathReplica, coord: coord, redirect: redirect, probe: probe}
 	}
 	acquiring := sl.acquiring
 	next := requestNext{path: pathAcquiring, source: sl.source, acquired: sl.acquired}
-	sl.mu.Unlock()
 	if !acquiring {
 		return requestNext{path: pathElsewhere}
 	}
@@ -144,12 +139,10 @@ func (s *Service) awaitAnswer(sl *slot, player peer.ID, req *pb.Request, w reque
 	defer timer.Stop()
 	abandon := func() {
 		s.onLoop(func() {
-			sl.mu.Lock()
 			// A retry that took this caller's place waits for it still.
 			if sl.unwait(w.key, w.ch) {
 				sl.m.Abandon(player, req.RequestId, time.Now())
 			}
-			sl.mu.Unlock()
 		})
 	}
 	select {
@@ -162,9 +155,6 @@ func (s *Service) awaitAnswer(sl *slot, player peer.ID, req *pb.Request, w reque
 		abandon()
 		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the player went away"}
 	case <-s.ctx.Done():
-		sl.mu.Lock()
-		sl.unwait(w.key, w.ch)
-		sl.mu.Unlock()
 		return shuttingDown()
 	}
 }

@@ -30,10 +30,8 @@ func TestRequestDecidedOnTheLoop(t *testing.T) {
 		// co coordinates; it picks the closest other peer, re, as replica.
 		csl := co.slot(c)
 		co.onLoop(func() {
-			csl.mu.Lock()
 			co.feedLeaseTaking(c, csl)
 			eff := csl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
-			csl.mu.Unlock()
 			co.run(c, csl, eff)
 		})
 		synctest.Wait()
@@ -62,9 +60,7 @@ func TestRequestDecidedOnTheLoop(t *testing.T) {
 		var epoch uint64
 		rsl := re.existingSlot(c)
 		re.onLoop(func() {
-			rsl.mu.Lock()
 			epoch = rsl.m.epoch
-			rsl.mu.Unlock()
 		})
 		ack := re.serveReplicate(far.h.ID(), c, &pb.Replicate{Epoch: epoch + 5, Snapshot: &pb.Snapshot{Epoch: epoch + 5}})
 		if ack.Ok || ack.Epoch != epoch {

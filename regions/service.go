@@ -77,9 +77,10 @@ type Service struct {
 }
 
 // slot is one region's machine at this peer plus the transport's own
-// bookkeeping around it. mu guards both.
+// bookkeeping around it, both the Service's loop's alone (loop.go).
+// Readers off the loop read view, what the loop last published.
 type slot struct {
-	mu        sync.Mutex
+	view      atomic.Pointer[regionView]
 	m         *machine
 	acquiring bool
 	// acquired is closed when the running acquisition ends: requests that
@@ -121,7 +122,7 @@ type waitKey struct {
 // wait makes ch the one waiting for k's answer. A retry of a request
 // that is still waited for (the player gave up on the first answer and
 // sent it again) takes its place: the earlier caller is told to retry,
-// and the answer goes to the latest. Called under sl.mu.
+// and the answer goes to the latest. On the loop.
 func (sl *slot) wait(k waitKey, ch chan *pb.Reply) {
 	if sl.waiters == nil {
 		sl.waiters = map[waitKey]chan *pb.Reply{}
@@ -134,7 +135,7 @@ func (sl *slot) wait(k waitKey, ch chan *pb.Reply) {
 }
 
 // unwait removes ch as k's waiter and reports whether it still was (not
-// answered, nor replaced by a retry). Called under sl.mu.
+// answered, nor replaced by a retry). On the loop.
 func (sl *slot) unwait(k waitKey, ch chan *pb.Reply) bool {
 	if sl.waiters[k] != ch {
 		return false
@@ -147,8 +148,8 @@ func (sl *slot) unwait(k waitKey, ch chan *pb.Reply) bool {
 // (the machine does not ask the gate itself), when it coordinates: only a
 // coordinator's steps use it. Only then is the gate asked, as when the
 // machine asked it: a gate may act on being asked (the tests' lease
-// service grants a free lease to the first peer that asks). Called under
-// sl.mu before each machine step.
+// service grants a free lease to the first peer that asks). On the loop,
+// before each machine step.
 func (s *Service) feedLease(c Coord, sl *slot) {
 	if sl.m.role == pb.Role_ROLE_COORDINATOR {
 		sl.m.SetLease(s.cfg.Gate.Allowed(c))
@@ -666,9 +667,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 		if sl := s.existingSlot(c); sl != nil {
 			// Read between two machine steps, as the loop takes them.
 			s.onLoop(func() {
-				sl.mu.Lock()
 				info = sl.m.infoFor(from)
-				sl.mu.Unlock()
 			})
 		}
 		info.SteppingAside = !s.eligible(c)
@@ -678,9 +677,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 	case *pb.Message_Retire:
 		if sl := s.existingSlot(c); sl != nil {
 			s.onLoop(func() {
-				sl.mu.Lock()
 				eff := sl.m.Retire(from, b.Retire.Epoch)
-				sl.mu.Unlock()
 				s.run(c, sl, eff)
 			})
 		}
@@ -716,9 +713,7 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 			// The epoch between two machine steps, as the loop takes them.
 			var epoch uint64
 			if s.onLoop(func() {
-				sl.mu.Lock()
 				epoch = sl.m.epoch
-				sl.mu.Unlock()
 			}) {
 				ack.Epoch = epoch
 			}
@@ -741,7 +736,6 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 // claim cl, to region c's machine (on the Service's loop); leaseWins says
 // a newer lease took over the copy this peer held.
 func (s *Service) replicateStep(c Coord, sl *slot, from peer.ID, cl claim, r *pb.Replicate) (*pb.ReplicateAck, bool) {
-	sl.mu.Lock()
 	leaseWins := false
 	if s.cfg.Proofs != nil && r.Snapshot != nil && sl.m.role != pb.Role_ROLE_NONE {
 		var own uint64
@@ -758,17 +752,15 @@ func (s *Service) replicateStep(c Coord, sl *slot, from peer.ID, cl claim, r *pb
 			(cl.leaseID == own && own != 0 && (sl.m.role != pb.Role_ROLE_COORDINATOR || sl.m.currentProof() == nil))
 	}
 	ack, eff := sl.m.Replicate(from, r, leaseWins)
-	sl.mu.Unlock()
 	s.run(c, sl, eff)
 	return ack, leaseWins
 }
 
-// run carries out a machine's effects, outside the slot's lock.
+// run carries out a machine's effects, on the loop.
 func (s *Service) run(c Coord, sl *slot, eff effects) {
 	if len(eff.answers) > 0 {
 		// An answer nobody waits for (its caller gave up, or a lock's
 		// expiry) is dropped.
-		sl.mu.Lock()
 		for _, a := range eff.answers {
 			k := waitKey{a.from, string(a.id)}
 			if ch := sl.waiters[k]; ch != nil {
@@ -776,7 +768,6 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 				ch <- a.r
 			}
 		}
-		sl.mu.Unlock()
 	}
 	if eff.singleCopy > 0 {
 		s.metrics.singleCopy.Add(float64(eff.singleCopy))
@@ -785,12 +776,10 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		s.excludeOnLoop(c, eff.exclude, "replica answers")
 	}
 	if eff.handoffReply != nil {
-		sl.mu.Lock()
 		if ch := sl.handoffs[eff.handoffFor]; ch != nil {
 			delete(sl.handoffs, eff.handoffFor)
 			ch <- eff.handoffReply
 		}
-		sl.mu.Unlock()
 	}
 	if eff.publish != nil {
 		s.queuePublish(c, sl, eff.publish)
@@ -812,10 +801,8 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 	}
 	if eff.needReplica {
 		next := s.replicaChoiceOnLoop(c)
-		sl.mu.Lock()
 		s.feedLease(c, sl)
 		more := sl.m.SetReplica(next, time.Now())
-		sl.mu.Unlock()
 		s.run(c, sl, more)
 	}
 }
@@ -823,30 +810,30 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 // queuePublish publishes ev on region c's topic after the batches
 // committed before it, on a goroutine the Service owns: signing the
 // entries and gossipsub can take a while on a busy peer, and the loop
-// that steps the machines must not wait for them.
+// that steps the machines must not wait for them. On the loop.
 func (s *Service) queuePublish(c Coord, sl *slot, ev *pb.Event) {
-	sl.mu.Lock()
 	sl.events = append(sl.events, ev)
-	start := !sl.publishing
-	sl.publishing = true
-	sl.mu.Unlock()
-	if !start {
+	if !sl.publishing {
+		s.publishNextOnLoop(c, sl)
+	}
+}
+
+// publishNextOnLoop hands the batches queued for region c to one
+// publishing goroutine, which hands the loop back the turn when it has
+// published them; with none queued, publishing ends.
+func (s *Service) publishNextOnLoop(c Coord, sl *slot) {
+	if len(sl.events) == 0 {
+		sl.publishing = false
 		return
 	}
+	batches := sl.events
+	sl.events = nil
+	sl.publishing = true
 	s.spawn(func() {
-		for {
-			sl.mu.Lock()
-			if len(sl.events) == 0 {
-				sl.publishing = false
-				sl.mu.Unlock()
-				return
-			}
-			next := sl.events[0]
-			sl.events[0] = nil
-			sl.events = sl.events[1:]
-			sl.mu.Unlock()
-			s.publish(c, next)
+		for _, ev := range batches {
+			s.publish(c, ev)
 		}
+		s.feedLoop(func() { s.publishNextOnLoop(c, sl) })
 	})
 }
 
@@ -857,9 +844,10 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 	// lets it claim the copy when the region is taken over.
 	// And this peer's seal of what the copy holds once the message is
 	// applied, so that the replica cannot change it unnoticed. Both name
-	// the lease of the grant the message carries, checked once here.
+	// the lease of the grant the message carries, checked once here. The
+	// assignment is the slot's (on the loop); the seal is signed here.
 	if lease, ok := s.grantLease(c, out.msg.Grant); ok {
-		out.msg.Assignment = s.assign(c, sl, out.msg.Epoch, lease, out.to)
+		s.onLoop(func() { out.msg.Assignment = s.assignOnLoop(c, sl, out.msg.Epoch, lease, out.to) })
 		if out.hash != nil {
 			out.msg.Seal = s.seal(c, out.msg.Epoch, lease, out.seq, out.hash)
 		}
@@ -902,20 +890,16 @@ func (s *Service) replicaAnswered(c Coord, sl *slot, out *outbound, reply *pb.Me
 			s.excludeOnLoop(c, out.to, "replication left unanswered")
 		}
 		next := s.replicaChoiceOnLoop(c, out.to)
-		sl.mu.Lock()
 		s.feedLease(c, sl)
 		eff = sl.m.ReplicaFailed(out.to, next, time.Now())
-		sl.mu.Unlock()
 		eff.retire = append(eff.retire, retirement{to: out.to, epoch: out.msg.Epoch})
 	} else {
 		proven := false
 		if ack.Stale {
 			proven = s.verifyDeposal(c, out, ack)
 		}
-		sl.mu.Lock()
 		s.feedLease(c, sl)
 		eff = sl.m.ReplicaAck(out.to, ack, proven, time.Now())
-		sl.mu.Unlock()
 	}
 	s.run(c, sl, eff)
 }
@@ -954,19 +938,6 @@ func (s *Service) verifyDeposal(c Coord, out *outbound, ack *pb.ReplicateAck) bo
 }
 
 // --- roles --------------------------------------------------------------------
-
-// Role returns this peer's role in region c.
-func (s *Service) Role(c Coord) Role {
-	s.mu.Lock()
-	sl := s.slots[c]
-	s.mu.Unlock()
-	if sl == nil {
-		return RoleNone
-	}
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	return roleOf(sl.m.role)
-}
 
 func roleOf(r pb.Role) Role {
 	switch r {
