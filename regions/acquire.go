@@ -21,21 +21,20 @@ const (
 // this peer coordinates it.
 func (s *Service) startAcquire(c Coord) { s.beginAcquire(c, false, "") }
 
-// beginAcquire starts acquire; nudger, if set, is a peer that nudged this
-// one about the region, and is asked what it holds besides the closest
-// peers (it may hold a copy of the region far from where it belongs).
+// beginAcquire starts acquire, on the loop; nudger, if set, is a peer
+// that nudged this one about the region, and is asked what it holds
+// besides the closest peers (it may hold a copy of the region far from
+// where it belongs).
 func (s *Service) beginAcquire(c Coord, asCoordinator bool, nudger peer.ID) {
 	sl := s.slot(c)
-	sl.mu.Lock()
 	if sl.acquiring || (sl.m.role == pb.Role_ROLE_COORDINATOR && !asCoordinator) {
-		sl.mu.Unlock()
 		return
 	}
 	sl.acquiring = true
 	done := make(chan struct{})
 	sl.acquired = done
-	sl.mu.Unlock()
-	s.spawn(func() { s.acquire(c, sl, nudger, done) })
+	stateless := sl.m.role == pb.Role_ROLE_NONE
+	s.spawn(func() { s.acquire(c, sl, nudger, stateless, done) })
 }
 
 // weigh fills h's lease fields from its copy's grant and assignment; a
@@ -75,13 +74,10 @@ func (s *Service) weigh(c Coord, h *holder) {
 // over); another peer holds it (hand-off from that peer); nobody holds it
 // (rebuild from the members' caches: a double failure, or a new region).
 // The decisions are the acquisition's (acquisition.go); drive carries
-// them out.
-func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID, done chan struct{}) {
+// them out. stateless says this peer held no copy when it began.
+func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID, stateless bool, done chan struct{}) {
 	// The lookup counts against the acquisition's deadline.
 	begun := time.Now()
-	sl.mu.Lock()
-	stateless := sl.m.role == pb.Role_ROLE_NONE
-	sl.mu.Unlock()
 	if stateless {
 		// Without a copy of the region this peer may be new and its view
 		// thin: look the key up so that a closer coordinator is found.
@@ -158,7 +154,6 @@ func (s *Service) spareAsks(c Coord) []peer.ID {
 // were asked, so no copy can have grown since under another. It runs on
 // the Service's loop.
 func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
-	sl.mu.Lock()
 	due := time.Since(sl.lastCompare) > 2*s.cfg.MaintainEvery
 	if sl.acquiring || sl.m.role != pb.Role_ROLE_COORDINATOR || !due {
 		// The next step of the machine asks again (an acquisition
@@ -166,7 +161,6 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 		// retried no more than every other maintenance period).
 		s.feedLease(c, sl)
 		eff := sl.m.Compared(lease, false, time.Now())
-		sl.mu.Unlock()
 		s.run(c, sl, eff)
 		return
 	}
@@ -174,14 +168,11 @@ func (s *Service) compareCopies(c Coord, sl *slot, lease uint64) {
 	sl.acquiring = true
 	done := make(chan struct{})
 	sl.acquired = done
-	sl.mu.Unlock()
 	a := newAcquisition(acqCompare, s.h.ID(), c, s.askList(c, ""), lease, s.acquireTimeout(), s.acqChecks(c), s.log)
 	a.spare = s.spareAsks(c)
 	s.drive(c, sl, a, time.Now(), done, func(r acqResult) {
-		sl.mu.Lock()
 		s.feedLease(c, sl)
 		eff := sl.m.Compared(lease, r.compared(), time.Now())
-		sl.mu.Unlock()
 		s.run(c, sl, eff)
 	})
 }
@@ -230,9 +221,7 @@ func (s *Service) stepDriven(c Coord, sl *slot, d *driven, in acqInput) {
 		return // an answer that comes after the end is dropped
 	}
 	if in.kind == acqHandoffReply {
-		sl.mu.Lock()
 		sl.source = ""
-		sl.mu.Unlock()
 	}
 	s.advance(c, sl, d, d.a.Step(in))
 }
@@ -270,9 +259,7 @@ func (s *Service) endDriven(c Coord, sl *slot, d *driven, r acqResult) {
 	sl.driven = nil
 	d.timer.Stop()
 	d.cancel()
-	sl.mu.Lock()
 	sl.acquiring, sl.source = false, ""
-	sl.mu.Unlock()
 	close(d.done)
 	if d.ended != nil {
 		d.ended(r)
@@ -312,9 +299,7 @@ func (s *Service) carryOut(c Coord, sl *slot, d *driven, eff acqEffects) (acqInp
 		})
 	}
 	if src := eff.askHandoff; src != "" {
-		sl.mu.Lock()
 		sl.source = src
-		sl.mu.Unlock()
 		ask := &pb.Handoff{}
 		if s.cfg.Proofs != nil {
 			ask.Grant = s.cfg.Proofs.Proof(c)
@@ -336,9 +321,7 @@ func (s *Service) carryOut(c Coord, sl *slot, d *driven, eff acqEffects) (acqInp
 	}
 	switch {
 	case eff.readOwn:
-		sl.mu.Lock()
 		own := sl.m.info()
-		sl.mu.Unlock()
 		return ownCopy(own), true
 	case eff.listMembers:
 		// Asking gossipsub for the topic's peers can take a while on a
@@ -364,11 +347,9 @@ func (s *Service) members(c Coord) acqInput {
 
 // takeOverOwnCopy makes this peer coordinator of its own copy of region c.
 func (s *Service) takeOverOwnCopy(c Coord, sl *slot) {
-	sl.mu.Lock()
 	promoted := sl.m.role == pb.Role_ROLE_REPLICA
 	s.feedLeaseTaking(c, sl)
 	eff := sl.m.TakeOver(time.Now())
-	sl.mu.Unlock()
 	if promoted {
 		s.metrics.takeovers.WithLabelValues(takeoverOwnCopy).Inc()
 	}
@@ -378,11 +359,9 @@ func (s *Service) takeOverOwnCopy(c Coord, sl *slot) {
 // installHandedOver makes this peer coordinator of the copy h.from handed
 // over (checked by checkHandoff).
 func (s *Service) installHandedOver(c Coord, sl *slot, h *handedOver) {
-	sl.mu.Lock()
 	s.feedLeaseTaking(c, sl)
 	eff := sl.m.Install(h.snap, h.from, true, h.grant, h.assign, time.Now())
 	sl.m.keepSeal(h.seal) // checked with the snapshot if it was needed
-	sl.mu.Unlock()
 	s.log.Info("took region over", "region", c, "from", h.from, "epoch", h.snap.Epoch, "objects", len(h.snap.Objects))
 	s.metrics.takeovers.WithLabelValues(takeoverTransfer).Inc()
 	s.run(c, sl, eff)
@@ -392,14 +371,11 @@ func (s *Service) installHandedOver(c Coord, sl *slot, h *handedOver) {
 // members' caches (or created), unless someone handed it the state
 // meanwhile.
 func (s *Service) installRebuilt(c Coord, sl *slot, r *rebuiltCopy) {
-	sl.mu.Lock()
 	if sl.m.role != pb.Role_ROLE_NONE {
-		sl.mu.Unlock()
 		return // someone handed us the state meanwhile
 	}
 	s.feedLeaseTaking(c, sl)
 	eff := sl.m.Install(r.snap, "", false, r.grant, nil, time.Now())
-	sl.mu.Unlock()
 	if r.created {
 		s.log.Info("region created", "region", c, "asked", r.asked)
 		s.metrics.takeovers.WithLabelValues(takeoverCreated).Inc()
@@ -468,73 +444,38 @@ func (s *Service) checkHandoff(c Coord, src peer.ID, hr *pb.HandoffReply) string
 }
 
 // serveHandoff answers a peer that wants to take region c over; grant is
-// the grant of the region's lease it showed (nil if none).
+// the grant of the region's lease it showed (nil if none). The loop
+// decides (handoffOnLoop); a replica's probe of the coordinator it knows
+// runs on this goroutine and hands its answer to the loop, and the wait
+// for the machine's reply (its batch in flight) is this goroutine's too.
 func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffReply {
 	self := s.h.ID()
 	sl := s.slot(c)
-	sl.mu.Lock()
-	role, coord := sl.m.role, sl.m.coordinator
-	leaseless := s.cfg.Proofs != nil && sl.m.currentProof() == nil
-	sl.mu.Unlock()
-	switch role {
-	case pb.Role_ROLE_COORDINATOR:
-		// A coordinator without the lease cannot commit: it hands the
-		// region to the peer that shows the lease, closer or not, which
-		// may need this copy before it commits (compareCopies); placement
-		// brings the region back to the closest peer afterwards.
-		if !s.closer(c, from, self) && s.eligible(c) && !(leaseless && len(grant) > 0 && s.leaseHolder(c, from, grant)) {
-			return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
-		}
-	case pb.Role_ROLE_REPLICA:
-		if coord != from && s.alive(coord) && s.probe(coord) {
-			return &pb.HandoffReply{Error: "the coordinator is alive", Redirect: []byte(coord)}
-		}
-		if !s.closer(c, from, self) {
-			s.startAcquire(c)
-			return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
-		}
-	default:
-		return &pb.HandoffReply{Error: "no state for region"}
-	}
-	ch := make(chan *pb.HandoffReply, 1)
-	var refused *pb.HandoffReply
-	ran := s.onLoop(func() {
-		sl.mu.Lock()
-		if sl.m.role != role || sl.m.coordinator != coord {
-			sl.mu.Unlock()
-			refused = &pb.HandoffReply{Error: "role changed; ask again"}
-			return
-		}
-		if sl.handoffs[from] != nil {
-			// The same peer asks again while its first hand-off runs:
-			// that one keeps the reply (as the machine would say).
-			sl.mu.Unlock()
-			refused = &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(from)}
-			return
-		}
-		if sl.handoffs == nil {
-			sl.handoffs = map[peer.ID]chan *pb.HandoffReply{}
-		}
-		sl.handoffs[from] = ch
-		s.feedLease(c, sl)
-		eff := sl.m.Handoff(from, time.Now())
-		sl.mu.Unlock()
-		s.run(c, sl, eff)
-	})
-	switch {
-	case !ran:
+	var next handoffNext
+	if !s.onLoop(func() { next = s.handoffOnLoop(c, sl, from, grant) }) {
 		return &pb.HandoffReply{Error: "shutting down"}
-	case refused != nil:
-		return refused
 	}
+	if next.probe != "" {
+		first := next
+		answered := s.ping(first.probe)
+		if !s.onLoop(func() { next = s.handoffProbedOnLoop(c, sl, from, first, answered) }) {
+			return &pb.HandoffReply{Error: "shutting down"}
+		}
+	}
+	if next.reply != nil {
+		return next.reply
+	}
+	ch := next.wait
 	timer := time.NewTimer(s.cfg.RequestTimeout)
 	defer timer.Stop()
+	// The loop's table forgets a caller that stops waiting (once the
+	// Service closed, nobody answers it any more).
 	unwait := func() {
-		sl.mu.Lock()
-		if sl.handoffs[from] == ch {
-			delete(sl.handoffs, from)
-		}
-		sl.mu.Unlock()
+		s.onLoop(func() {
+			if sl.handoffs[from] == ch {
+				delete(sl.handoffs, from)
+			}
+		})
 	}
 	select {
 	case r := <-ch:
@@ -542,7 +483,7 @@ func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffR
 			// Handing over a copy committed under this peer's own lease:
 			// the new coordinator gets this peer's assignment of it.
 			if who, lease, _, err := s.cfg.Proofs.CheckProof(c, r.Grant); err == nil && who == self {
-				r.Assignment = s.assign(c, sl, r.Snapshot.Epoch, lease, from)
+				s.onLoop(func() { r.Assignment = s.assignOnLoop(c, sl, r.Snapshot.Epoch, lease, from) })
 				r.Seal = s.seal(c, r.Snapshot.Epoch, lease, r.Snapshot.Seq, snapshotHash(r.Snapshot))
 			}
 		}
@@ -551,9 +492,101 @@ func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffR
 		unwait()
 		return &pb.HandoffReply{Error: "hand-off still waiting for the replica"}
 	case <-s.ctx.Done():
-		unwait()
 		return &pb.HandoffReply{Error: "shutting down"}
 	}
+}
+
+// handoffNext is what serving a hand-off does next, as the loop decided:
+// answer reply now; or probe the coordinator this replica knows, then
+// ask the loop again (role and coordinator are what the loop saw); or
+// wait for the machine's reply on wait.
+type handoffNext struct {
+	reply *pb.HandoffReply
+	probe peer.ID
+	role  pb.Role
+	coord peer.ID
+	wait  chan *pb.HandoffReply
+}
+
+// handoffOnLoop decides, on the loop, how this peer answers from's ask to
+// hand region c over. A coordinator refuses a peer that is not closer
+// (unless it lacks the lease that peer shows, or steps aside). A replica
+// first makes sure its coordinator is gone, unless the asker is that
+// coordinator: one it believes alive is probed (handoffProbedOnLoop
+// takes the answer); then it refuses a peer that is not closer and
+// takes the region over itself.
+func (s *Service) handoffOnLoop(c Coord, sl *slot, from peer.ID, grant []byte) handoffNext {
+	self := s.h.ID()
+	role, coord := sl.m.role, sl.m.coordinator
+	leaseless := s.cfg.Proofs != nil && sl.m.currentProof() == nil
+	switch role {
+	case pb.Role_ROLE_COORDINATOR:
+		// A coordinator without the lease cannot commit: it hands the
+		// region to the peer that shows the lease, closer or not, which
+		// may need this copy before it commits (compareCopies); placement
+		// brings the region back to the closest peer afterwards.
+		if !s.closer(c, from, self) && s.eligible(c) && !(leaseless && len(grant) > 0 && s.leaseHolder(c, from, grant)) {
+			return handoffNext{reply: &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}}
+		}
+	case pb.Role_ROLE_REPLICA:
+		if coord != from && s.alive(coord) {
+			return handoffNext{probe: coord, role: role, coord: coord}
+		}
+		if r := s.replicaCloserOnLoop(c, from); r != nil {
+			return handoffNext{reply: r}
+		}
+	default:
+		return handoffNext{reply: &pb.HandoffReply{Error: "no state for region"}}
+	}
+	return s.startHandoffOnLoop(c, sl, from, role, coord)
+}
+
+// handoffProbedOnLoop goes on with first, a replica's decision to probe
+// its coordinator, once the probe answered or not.
+func (s *Service) handoffProbedOnLoop(c Coord, sl *slot, from peer.ID, first handoffNext, answered bool) handoffNext {
+	if answered {
+		return handoffNext{reply: &pb.HandoffReply{Error: "the coordinator is alive", Redirect: []byte(first.coord)}}
+	}
+	s.markDeadOnLoop(first.coord)
+	if r := s.replicaCloserOnLoop(c, from); r != nil {
+		return handoffNext{reply: r}
+	}
+	return s.startHandoffOnLoop(c, sl, from, first.role, first.coord)
+}
+
+// replicaCloserOnLoop is a replica's refusal of a hand-off to from when
+// this peer is closer to region c: it takes the region over itself. Nil
+// when from is closer.
+func (s *Service) replicaCloserOnLoop(c Coord, from peer.ID) *pb.HandoffReply {
+	self := s.h.ID()
+	if s.closer(c, from, self) {
+		return nil
+	}
+	s.startAcquire(c)
+	return &pb.HandoffReply{Error: "this peer is closer to the region", Redirect: []byte(self)}
+}
+
+// startHandoffOnLoop hands region c's machine from's ask, if the machine
+// still has the role and coordinator the decision saw: the machine's
+// reply comes on the returned wait once its batch in flight committed.
+func (s *Service) startHandoffOnLoop(c Coord, sl *slot, from peer.ID, role pb.Role, coord peer.ID) handoffNext {
+	if sl.m.role != role || sl.m.coordinator != coord {
+		return handoffNext{reply: &pb.HandoffReply{Error: "role changed; ask again"}}
+	}
+	if sl.handoffs[from] != nil {
+		// The same peer asks again while its first hand-off runs: that
+		// one keeps the reply (as the machine would say).
+		return handoffNext{reply: &pb.HandoffReply{Error: "hand-off already running", Redirect: []byte(from)}}
+	}
+	if sl.handoffs == nil {
+		sl.handoffs = map[peer.ID]chan *pb.HandoffReply{}
+	}
+	ch := make(chan *pb.HandoffReply, 1)
+	sl.handoffs[from] = ch
+	s.feedLease(c, sl)
+	eff := sl.m.Handoff(from, time.Now())
+	s.run(c, sl, eff)
+	return handoffNext{wait: ch}
 }
 
 // leaseHolder reports whether grant proves from the holder of region c's

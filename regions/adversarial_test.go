@@ -107,9 +107,9 @@ func (cl *cluster) appleAtReplica(t *testing.T, c Coord) (*member, *member) {
 		if sl == nil {
 			return false
 		}
-		sl.mu.Lock()
-		defer sl.mu.Unlock()
-		return sl.m.role == pb.Role_ROLE_REPLICA && sl.m.objects["apple"] != nil
+		var holds bool
+		inspect(re.svc, func() { holds = sl.m.role == pb.Role_ROLE_REPLICA && sl.m.objects["apple"] != nil })
+		return holds
 	})
 	return co, re
 }
@@ -254,9 +254,9 @@ func TestAdversarialDeposalByReplica(t *testing.T) {
 				}
 				waitUntil(t, 30*time.Second, "writes held by the honest replica", func() bool {
 					sl := co.svc.existingSlot(c)
-					sl.mu.Lock()
-					defer sl.mu.Unlock()
-					return sl.m.replica == honestReplica && sl.m.replicaSynced && sl.m.seq > 5
+					var held bool
+					inspect(co.svc, func() { held = sl.m.replica == honestReplica && sl.m.replicaSynced && sl.m.seq > 5 })
+					return held
 				})
 				close(stop)
 				if err := <-done; err != nil {

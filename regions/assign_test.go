@@ -24,9 +24,9 @@ func (l *testLeases) release(c Coord) {
 // epochOf is m's epoch for region c.
 func epochOf(m *member, c Coord) uint64 {
 	sl := m.svc.existingSlot(c)
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	return sl.m.epoch
+	var epoch uint64
+	inspect(m.svc, func() { epoch = sl.m.epoch })
+	return epoch
 }
 
 // appleAfterTakeover crashes the coordinator, lets the region's lease go
@@ -170,10 +170,8 @@ func TestAdversarialReplayedAssignment(t *testing.T) {
 				}
 			}
 			co.svc.onLoop(func() {
-				sl.mu.Lock()
 				co.svc.feedLease(c, sl)
 				eff := sl.m.SetReplica(next, time.Now())
-				sl.mu.Unlock()
 				co.svc.run(c, sl, eff)
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -182,9 +180,9 @@ func TestAdversarialReplayedAssignment(t *testing.T) {
 			}
 			cancel()
 			waitUntil(t, 10*time.Second, "the new replica to hold the writes", func() bool {
-				sl.mu.Lock()
-				defer sl.mu.Unlock()
-				return sl.m.replica == next && sl.m.replicaSynced
+				var held bool
+				inspect(co.svc, func() { held = sl.m.replica == next && sl.m.replicaSynced })
+				return held
 			})
 		}
 		mu.Lock()

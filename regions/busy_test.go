@@ -41,13 +41,14 @@ func TestSingleCopySaidAndReplicaPickedFirst(t *testing.T) {
 		// maintenance (or as it takes the region over), which a write sent at
 		// once can precede.
 		waitUntil(t, 10*time.Second, "the coordinator to pick a replica", func() bool {
-			sl := cl.byID(coID).svc.existingSlot(c)
+			svc := cl.byID(coID).svc
+			sl := svc.existingSlot(c)
 			if sl == nil {
 				return false
 			}
-			sl.mu.Lock()
-			defer sl.mu.Unlock()
-			return sl.m.role == pb.Role_ROLE_COORDINATOR && sl.m.replica != ""
+			var picked bool
+			inspect(svc, func() { picked = sl.m.role == pb.Role_ROLE_COORDINATOR && sl.m.replica != "" })
+			return picked
 		})
 		o, err = cl.byID(reID).cl.ReadWrite(ctx, c, "apple", 1, []byte("2"))
 		if err != nil || o.SingleCopy {

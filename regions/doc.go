@@ -41,9 +41,12 @@
 // hand-offs and retirements hand it their steps, the replicas'
 // acknowledgements and the answers to an acquisition's asks are fed to
 // it, it arms the acquisitions' deadlines and wakes each region's
-// maintenance; exchanges with peers run on goroutines that only talk. A CommitGate (the
-// lease service) is consulted before each batch and its lease ID recorded
-// with every commit; an Authorizer checks every remote peer's token.
+// maintenance; exchanges with peers run on goroutines that only talk. The
+// regions' slots are the loop's alone; what is asked of them off the loop
+// (Role) reads the view the loop publishes after each step (view.go). A
+// CommitGate (the lease service) is consulted before each batch and its
+// lease ID recorded with every commit; an Authorizer checks every remote
+// peer's token.
 //
 // # Failures and joins
 //

@@ -94,18 +94,20 @@ func holdsAtLeast(m *member, c Coord, newest map[string]uint64) bool {
 	if sl == nil {
 		return false
 	}
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	if sl.m.role != pb.Role_ROLE_COORDINATOR && sl.m.role != pb.Role_ROLE_REPLICA {
-		return false
-	}
-	for id, v := range newest {
-		o := sl.m.objects[id]
-		if o == nil || o.Version < v {
-			return false
+	holds := true
+	inspect(m.svc, func() {
+		if sl.m.role != pb.Role_ROLE_COORDINATOR && sl.m.role != pb.Role_ROLE_REPLICA {
+			holds = false
+			return
 		}
-	}
-	return true
+		for id, v := range newest {
+			if o := sl.m.objects[id]; o == nil || o.Version < v {
+				holds = false
+				return
+			}
+		}
+	})
+	return holds
 }
 
 // newest returns, for each object whose name starts with prefix

@@ -189,9 +189,9 @@ func (cl *cluster) role(p peer.ID, c Coord) pb.Role {
 		return pb.Role_ROLE_NONE
 	}
 	sl := m.svc.slot(c)
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	return sl.m.role
+	var role pb.Role
+	inspect(m.svc, func() { role = sl.m.role })
+	return role
 }
 
 func (cl *cluster) replicaOf(p peer.ID, c Coord) peer.ID {
@@ -200,9 +200,9 @@ func (cl *cluster) replicaOf(p peer.ID, c Coord) peer.ID {
 		return ""
 	}
 	sl := m.svc.slot(c)
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	return sl.m.replica
+	var replica peer.ID
+	inspect(m.svc, func() { replica = sl.m.replica })
+	return replica
 }
 
 func testConflictingIncrements(t *testing.T, cl *cluster) {

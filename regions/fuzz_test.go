@@ -139,9 +139,9 @@ func TestMalformedFramesGetErrorsAndChangeNothing(t *testing.T) {
 		}
 		state := func() string {
 			sl := target.svc.slot(Coord{})
-			sl.mu.Lock()
-			defer sl.mu.Unlock()
-			return sl.m.snapshot().String()
+			var state string
+			inspect(target.svc, func() { state = sl.m.snapshot().String() })
+			return state
 		}
 		before := state()
 		frame := func(m *pb.Message) []byte {

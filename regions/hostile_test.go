@@ -152,7 +152,9 @@ func stateOf(m *member, c Coord) string {
 	if sl == nil {
 		return "no slot"
 	}
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	return fmt.Sprintf("%v epoch %d seq %d objects %v", sl.m.role, sl.m.epoch, sl.m.seq, sl.m.sortedObjects())
+	var state string
+	inspect(m.svc, func() {
+		state = fmt.Sprintf("%v epoch %d seq %d objects %v", sl.m.role, sl.m.epoch, sl.m.seq, sl.m.sortedObjects())
+	})
+	return state
 }

@@ -319,10 +319,8 @@ func expiryID(id string, at int64, seq uint64) []byte {
 func (s *Service) expireLocks() {
 	for _, c := range s.heldRegions() {
 		sl := s.slot(c)
-		sl.mu.Lock()
 		s.feedLease(c, sl)
 		eff := sl.m.ExpireLocks(time.Now())
-		sl.mu.Unlock()
 		s.run(c, sl, eff)
 	}
 }

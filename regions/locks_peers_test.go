@@ -143,9 +143,8 @@ func TestAdversarialLockQueueFlood(t *testing.T) {
 		coord := cl.byID(co)
 		waiting := func() (total, byHostile int) {
 			sl := coord.svc.slot(c)
-			sl.mu.Lock()
-			defer sl.mu.Unlock()
-			return sl.m.locks.total, sl.m.locks.byPlayer[hostile.id()]
+			inspect(coord.svc, func() { total, byHostile = sl.m.locks.total, sl.m.locks.byPlayer[hostile.id()] })
+			return total, byHostile
 		}
 		// The flood: locks on the hostile peer's own locked object come back
 		// at once (it holds it); locks on objects another holds would wait.
@@ -265,9 +264,9 @@ func TestAbandonedLockWaitOverPeers(t *testing.T) {
 		coord := cl.byID(co)
 		waiting := func() int {
 			sl := coord.svc.slot(c)
-			sl.mu.Lock()
-			defer sl.mu.Unlock()
-			return sl.m.locks.waiting("gate", time.Now().UnixMilli())
+			var n int
+			inspect(coord.svc, func() { n = sl.m.locks.waiting("gate", time.Now().UnixMilli()) })
+			return n
 		}
 		leaveCtx, leave := context.WithCancel(ctx)
 		left := make(chan error, 1)

@@ -16,7 +16,8 @@ import (
 // drive).
 // Exchanges with peers still run on goroutines the Service owns, but
 // they only talk: what comes back is fed to the machines here, one at a
-// time.
+// time. The regions' slots are the loop's alone; after each step it
+// publishes their views (view.go) for readers off the loop.
 
 // loopStep is a machine step an inbound message asks for, run on the loop;
 // done closes once it ran.
@@ -113,9 +114,14 @@ func (s *Service) loop() {
 			s.heardOnLoop(p)
 		case st := <-s.steps:
 			st.f()
+			// Published before the caller goes on: what it asks next off
+			// the loop (Role) sees its step.
+			s.publishViews()
 			close(st.done)
+			continue
 		case ack := <-s.acks:
 			ack()
 		}
+		s.publishViews()
 	}
 }

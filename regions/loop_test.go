@@ -70,3 +70,13 @@ func TestServiceLoopSteps(t *testing.T) {
 		}
 	})
 }
+
+// inspect runs f on s's loop, which owns the regions' slots: a test's look
+// at a machine. Once s closed, its loop has stopped (Close waits for it)
+// and f runs here.
+func inspect(s *Service, f func()) {
+	if !s.onLoop(f) {
+		s.Close()
+		f()
+	}
+}

@@ -59,7 +59,7 @@ func (s *Service) reportRoles() {
 		return
 	}
 	for _, c := range s.heldRegions() {
-		r := s.Role(c)
+		r := roleOf(s.slot(c).m.role) // the machine's: on the loop
 		if s.reported[c] != r {
 			s.reported[c] = r
 			s.cfg.OnRoleChange(c, r)
@@ -82,11 +82,9 @@ func (s *Service) peerDown(p peer.ID) {
 	var affected []Coord
 	for _, c := range s.heldRegions() {
 		sl := s.slot(c)
-		sl.mu.Lock()
 		if sl.m.coordinator == p || sl.m.replica == p {
 			affected = append(affected, c)
 		}
-		sl.mu.Unlock()
 	}
 	if len(affected) == 0 {
 		return
@@ -128,11 +126,9 @@ func (s *Service) maintenanceFacts(c Coord, w wakeup, now time.Time) (maintenanc
 	// peer then takes the region).
 	sl := s.existingSlot(c)
 	if sl != nil {
-		sl.mu.Lock()
 		t.role, t.coordinator, t.replica, t.acquiring = sl.m.role, sl.m.coordinator, sl.m.replica, sl.acquiring
 		t.empty = sl.m.empty()
 		t.lastNudge, t.lastCheck = sl.lastNudge, sl.lastCheck
-		sl.mu.Unlock()
 	}
 	if t.acquiring {
 		return t, sl // the acquisition decides; nothing else is asked
@@ -169,15 +165,12 @@ func (s *Service) carryOutMaintenance(c Coord, sl *slot, t maintenanceTick, eff 
 		return
 	}
 	if eff.nudge != "" {
-		sl.mu.Lock()
 		sl.lastNudge = t.now
-		sl.mu.Unlock()
 		target := eff.nudge
 		s.log.Debug("a closer peer should coordinate; nudging it", "region", c, "closer", target)
 		s.spawn(func() { s.nudge(target, c) })
 	}
 	if eff.setReplica || eff.kick {
-		sl.mu.Lock()
 		s.feedLease(c, sl)
 		var more effects
 		if eff.setReplica {
@@ -185,13 +178,10 @@ func (s *Service) carryOutMaintenance(c Coord, sl *slot, t maintenanceTick, eff 
 		} else {
 			more = sl.m.Kick(t.now)
 		}
-		sl.mu.Unlock()
 		s.run(c, sl, more)
 	}
 	if q := eff.checkWith; q != "" {
-		sl.mu.Lock()
 		sl.lastCheck = t.now
-		sl.mu.Unlock()
 		s.spawn(func() { s.checkReplicaCopy(c, sl, q) })
 	}
 }
@@ -208,9 +198,7 @@ func (s *Service) checkReplicaCopy(c Coord, sl *slot, coord peer.ID) {
 		return
 	}
 	s.feedLoop(func() {
-		sl.mu.Lock()
 		eff := sl.m.Checked(coord, reply.GetInfoReply())
-		sl.mu.Unlock()
 		s.run(c, sl, eff)
 	})
 }
@@ -219,13 +207,10 @@ func (s *Service) checkReplicaCopy(c Coord, sl *slot, coord peer.ID) {
 // closer, as decideMaintenance decided, if the machine still coordinates
 // nothing (a request may have come since the decision).
 func (s *Service) stepDownEmpty(c Coord, sl *slot, closer peer.ID) {
-	sl.mu.Lock()
 	if sl.m.role != pb.Role_ROLE_COORDINATOR || !sl.m.empty() {
-		sl.mu.Unlock()
 		return
 	}
 	eff := sl.m.stepDown(closer)
-	sl.mu.Unlock()
 	s.log.Debug("stepping down from an empty region another peer coordinates", "region", c, "closer", closer)
 	s.run(c, sl, eff)
 }

@@ -566,22 +566,22 @@ func (sc *scenario) status(out *strings.Builder) {
 		if sl == nil {
 			fmt.Fprintf(out, "%s: none\n", p.name)
 		} else {
-			sl.mu.Lock()
-			m := sl.m
-			fmt.Fprintf(out, "%s: %s epoch=%d seq=%d", p.name, roleOf(m.role), m.epoch, m.seq)
-			switch m.role {
-			case pb.Role_ROLE_COORDINATOR:
-				fmt.Fprintf(out, " replica=%s", sc.name(m.replica))
-			case pb.Role_ROLE_REPLICA:
-				fmt.Fprintf(out, " coordinator=%s", sc.name(m.coordinator))
-			}
-			var objs []*pb.Object
-			for _, o := range m.objects {
-				objs = append(objs, o)
-			}
-			sort.Slice(objs, func(i, j int) bool { return objs[i].Id < objs[j].Id })
-			fmt.Fprintf(out, " %s\n", objectList(objs))
-			sl.mu.Unlock()
+			inspect(p.svc, func() {
+				m := sl.m
+				fmt.Fprintf(out, "%s: %s epoch=%d seq=%d", p.name, roleOf(m.role), m.epoch, m.seq)
+				switch m.role {
+				case pb.Role_ROLE_COORDINATOR:
+					fmt.Fprintf(out, " replica=%s", sc.name(m.replica))
+				case pb.Role_ROLE_REPLICA:
+					fmt.Fprintf(out, " coordinator=%s", sc.name(m.coordinator))
+				}
+				var objs []*pb.Object
+				for _, o := range m.objects {
+					objs = append(objs, o)
+				}
+				sort.Slice(objs, func(i, j int) bool { return objs[i].Id < objs[j].Id })
+				fmt.Fprintf(out, " %s\n", objectList(objs))
+			})
 		}
 		if cached := p.svc.Cached(scenarioRegion); len(p.subs) > 0 {
 			fmt.Fprintf(out, "  cache %s\n", objects(cached))

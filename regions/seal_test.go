@@ -64,10 +64,8 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 		}
 		sl := co.svc.existingSlot(c)
 		co.svc.onLoop(func() {
-			sl.mu.Lock()
 			co.svc.feedLease(c, sl)
 			eff := sl.m.SetReplica(h.id(), time.Now())
-			sl.mu.Unlock()
 			co.svc.run(c, sl, eff)
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -76,9 +74,9 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitUntil(t, 10*time.Second, "the hostile replica to hold the write", func() bool {
-			sl.mu.Lock()
-			defer sl.mu.Unlock()
-			return sl.m.replica == h.id() && sl.m.replicaSynced
+			var held bool
+			inspect(co.svc, func() { held = sl.m.replica == h.id() && sl.m.replicaSynced })
+			return held
 		})
 		for _, m := range members {
 			waitUntil(t, 10*time.Second, "members to cache the write and the old replica to retire", func() bool {
@@ -86,9 +84,8 @@ func TestAdversarialReplicaLiesAboutItsCopy(t *testing.T) {
 				return len(signed) == 1 && string(signed[0].Entry.Object.Value) == "2" && m.svc.Role(c) == RoleNone
 			})
 		}
-		sl.mu.Lock()
-		still := sl.m.replica == h.id()
-		sl.mu.Unlock()
+		var still bool
+		inspect(co.svc, func() { still = sl.m.replica == h.id() })
 		if !still {
 			t.Fatal("the coordinator moved its replica off the hostile peer before the crash")
 		}

@@ -77,9 +77,10 @@ type Service struct {
 }
 
 // slot is one region's machine at this peer plus the transport's own
-// bookkeeping around it. mu guards both.
+// bookkeeping around it, both the Service's loop's alone (loop.go).
+// Readers off the loop read view, what the loop last published.
 type slot struct {
-	mu        sync.Mutex
+	view      atomic.Pointer[regionView]
 	m         *machine
 	acquiring bool
 	// acquired is closed when the running acquisition ends: requests that
@@ -121,7 +122,7 @@ type waitKey struct {
 // wait makes ch the one waiting for k's answer. A retry of a request
 // that is still waited for (the player gave up on the first answer and
 // sent it again) takes its place: the earlier caller is told to retry,
-// and the answer goes to the latest. Called under sl.mu.
+// and the answer goes to the latest. On the loop.
 func (sl *slot) wait(k waitKey, ch chan *pb.Reply) {
 	if sl.waiters == nil {
 		sl.waiters = map[waitKey]chan *pb.Reply{}
@@ -134,7 +135,7 @@ func (sl *slot) wait(k waitKey, ch chan *pb.Reply) {
 }
 
 // unwait removes ch as k's waiter and reports whether it still was (not
-// answered, nor replaced by a retry). Called under sl.mu.
+// answered, nor replaced by a retry). On the loop.
 func (sl *slot) unwait(k waitKey, ch chan *pb.Reply) bool {
 	if sl.waiters[k] != ch {
 		return false
@@ -147,8 +148,8 @@ func (sl *slot) unwait(k waitKey, ch chan *pb.Reply) bool {
 // (the machine does not ask the gate itself), when it coordinates: only a
 // coordinator's steps use it. Only then is the gate asked, as when the
 // machine asked it: a gate may act on being asked (the tests' lease
-// service grants a free lease to the first peer that asks). Called under
-// sl.mu before each machine step.
+// service grants a free lease to the first peer that asks). On the loop,
+// before each machine step.
 func (s *Service) feedLease(c Coord, sl *slot) {
 	if sl.m.role == pb.Role_ROLE_COORDINATOR {
 		sl.m.SetLease(s.cfg.Gate.Allowed(c))
@@ -666,9 +667,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 		if sl := s.existingSlot(c); sl != nil {
 			// Read between two machine steps, as the loop takes them.
 			s.onLoop(func() {
-				sl.mu.Lock()
 				info = sl.m.infoFor(from)
-				sl.mu.Unlock()
 			})
 		}
 		info.SteppingAside = !s.eligible(c)
@@ -678,9 +677,7 @@ func (s *Service) serve(from peer.ID, msg *pb.Message, gone <-chan struct{}) *pb
 	case *pb.Message_Retire:
 		if sl := s.existingSlot(c); sl != nil {
 			s.onLoop(func() {
-				sl.mu.Lock()
 				eff := sl.m.Retire(from, b.Retire.Epoch)
-				sl.mu.Unlock()
 				s.run(c, sl, eff)
 			})
 		}
@@ -713,9 +710,13 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 		s.refuse(c, from, "replication", reason)
 		ack := &pb.ReplicateAck{}
 		if sl := s.existingSlot(c); sl != nil {
-			sl.mu.Lock()
-			ack.Epoch = sl.m.epoch
-			sl.mu.Unlock()
+			// The epoch between two machine steps, as the loop takes them.
+			var epoch uint64
+			if s.onLoop(func() {
+				epoch = sl.m.epoch
+			}) {
+				ack.Epoch = epoch
+			}
 		}
 		return ack
 	}
@@ -735,7 +736,6 @@ func (s *Service) serveReplicate(from peer.ID, c Coord, r *pb.Replicate) *pb.Rep
 // claim cl, to region c's machine (on the Service's loop); leaseWins says
 // a newer lease took over the copy this peer held.
 func (s *Service) replicateStep(c Coord, sl *slot, from peer.ID, cl claim, r *pb.Replicate) (*pb.ReplicateAck, bool) {
-	sl.mu.Lock()
 	leaseWins := false
 	if s.cfg.Proofs != nil && r.Snapshot != nil && sl.m.role != pb.Role_ROLE_NONE {
 		var own uint64
@@ -752,17 +752,15 @@ func (s *Service) replicateStep(c Coord, sl *slot, from peer.ID, cl claim, r *pb
 			(cl.leaseID == own && own != 0 && (sl.m.role != pb.Role_ROLE_COORDINATOR || sl.m.currentProof() == nil))
 	}
 	ack, eff := sl.m.Replicate(from, r, leaseWins)
-	sl.mu.Unlock()
 	s.run(c, sl, eff)
 	return ack, leaseWins
 }
 
-// run carries out a machine's effects, outside the slot's lock.
+// run carries out a machine's effects, on the loop.
 func (s *Service) run(c Coord, sl *slot, eff effects) {
 	if len(eff.answers) > 0 {
 		// An answer nobody waits for (its caller gave up, or a lock's
 		// expiry) is dropped.
-		sl.mu.Lock()
 		for _, a := range eff.answers {
 			k := waitKey{a.from, string(a.id)}
 			if ch := sl.waiters[k]; ch != nil {
@@ -770,7 +768,6 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 				ch <- a.r
 			}
 		}
-		sl.mu.Unlock()
 	}
 	if eff.singleCopy > 0 {
 		s.metrics.singleCopy.Add(float64(eff.singleCopy))
@@ -779,12 +776,10 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 		s.excludeOnLoop(c, eff.exclude, "replica answers")
 	}
 	if eff.handoffReply != nil {
-		sl.mu.Lock()
 		if ch := sl.handoffs[eff.handoffFor]; ch != nil {
 			delete(sl.handoffs, eff.handoffFor)
 			ch <- eff.handoffReply
 		}
-		sl.mu.Unlock()
 	}
 	if eff.publish != nil {
 		s.queuePublish(c, sl, eff.publish)
@@ -806,10 +801,8 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 	}
 	if eff.needReplica {
 		next := s.replicaChoiceOnLoop(c)
-		sl.mu.Lock()
 		s.feedLease(c, sl)
 		more := sl.m.SetReplica(next, time.Now())
-		sl.mu.Unlock()
 		s.run(c, sl, more)
 	}
 }
@@ -817,30 +810,30 @@ func (s *Service) run(c Coord, sl *slot, eff effects) {
 // queuePublish publishes ev on region c's topic after the batches
 // committed before it, on a goroutine the Service owns: signing the
 // entries and gossipsub can take a while on a busy peer, and the loop
-// that steps the machines must not wait for them.
+// that steps the machines must not wait for them. On the loop.
 func (s *Service) queuePublish(c Coord, sl *slot, ev *pb.Event) {
-	sl.mu.Lock()
 	sl.events = append(sl.events, ev)
-	start := !sl.publishing
-	sl.publishing = true
-	sl.mu.Unlock()
-	if !start {
+	if !sl.publishing {
+		s.publishNextOnLoop(c, sl)
+	}
+}
+
+// publishNextOnLoop hands the batches queued for region c to one
+// publishing goroutine, which hands the loop back the turn when it has
+// published them; with none queued, publishing ends.
+func (s *Service) publishNextOnLoop(c Coord, sl *slot) {
+	if len(sl.events) == 0 {
+		sl.publishing = false
 		return
 	}
+	batches := sl.events
+	sl.events = nil
+	sl.publishing = true
 	s.spawn(func() {
-		for {
-			sl.mu.Lock()
-			if len(sl.events) == 0 {
-				sl.publishing = false
-				sl.mu.Unlock()
-				return
-			}
-			next := sl.events[0]
-			sl.events[0] = nil
-			sl.events = sl.events[1:]
-			sl.mu.Unlock()
-			s.publish(c, next)
+		for _, ev := range batches {
+			s.publish(c, ev)
 		}
+		s.feedLoop(func() { s.publishNextOnLoop(c, sl) })
 	})
 }
 
@@ -851,9 +844,10 @@ func (s *Service) replicate(c Coord, sl *slot, out *outbound) {
 	// lets it claim the copy when the region is taken over.
 	// And this peer's seal of what the copy holds once the message is
 	// applied, so that the replica cannot change it unnoticed. Both name
-	// the lease of the grant the message carries, checked once here.
+	// the lease of the grant the message carries, checked once here. The
+	// assignment is the slot's (on the loop); the seal is signed here.
 	if lease, ok := s.grantLease(c, out.msg.Grant); ok {
-		out.msg.Assignment = s.assign(c, sl, out.msg.Epoch, lease, out.to)
+		s.onLoop(func() { out.msg.Assignment = s.assignOnLoop(c, sl, out.msg.Epoch, lease, out.to) })
 		if out.hash != nil {
 			out.msg.Seal = s.seal(c, out.msg.Epoch, lease, out.seq, out.hash)
 		}
@@ -896,20 +890,16 @@ func (s *Service) replicaAnswered(c Coord, sl *slot, out *outbound, reply *pb.Me
 			s.excludeOnLoop(c, out.to, "replication left unanswered")
 		}
 		next := s.replicaChoiceOnLoop(c, out.to)
-		sl.mu.Lock()
 		s.feedLease(c, sl)
 		eff = sl.m.ReplicaFailed(out.to, next, time.Now())
-		sl.mu.Unlock()
 		eff.retire = append(eff.retire, retirement{to: out.to, epoch: out.msg.Epoch})
 	} else {
 		proven := false
 		if ack.Stale {
 			proven = s.verifyDeposal(c, out, ack)
 		}
-		sl.mu.Lock()
 		s.feedLease(c, sl)
 		eff = sl.m.ReplicaAck(out.to, ack, proven, time.Now())
-		sl.mu.Unlock()
 	}
 	s.run(c, sl, eff)
 }
@@ -947,298 +937,7 @@ func (s *Service) verifyDeposal(c Coord, out *outbound, ack *pb.ReplicateAck) bo
 	return true
 }
 
-// serveRequest answers a player's request for region c; gone (nil: never)
-// closes when the player stops waiting for the answer.
-func (s *Service) serveRequest(from peer.ID, c Coord, req *pb.Request, gone <-chan struct{}) (reply *pb.Reply) {
-	start := time.Now()
-	defer func() { s.metrics.answered(req, reply, start) }()
-	return s.serveRequestOnce(from, c, req, false, gone)
-}
-
-// serveRequestOnce is serveRequest; waited says it already waited for an
-// acquisition of the region to end.
-func (s *Service) serveRequestOnce(from peer.ID, c Coord, req *pb.Request, waited bool, gone <-chan struct{}) *pb.Reply {
-	player := from
-	if req.Forwarded {
-		// A peer taking the region over forwards for the player; only the
-		// player's own signature says who that is.
-		origin, ok := s.verifyOrigin(c, req)
-		if !ok {
-			s.refuse(c, from, "forwarded request", refusedOriginUnproven)
-			return &pb.Reply{Status: pb.Status_STATUS_DENIED, Error: "forwarded request without the player's signature"}
-		}
-		player = origin
-	}
-	sl := s.existingSlot(c)
-	if sl == nil {
-		return s.redirectOrAcquire(from, c, req, waited, gone)
-	}
-	sl.mu.Lock()
-	switch sl.m.role {
-	case pb.Role_ROLE_COORDINATOR:
-		sl.mu.Unlock()
-		if r, ok := s.submit(c, sl, player, req, gone); ok {
-			return r
-		}
-		// The role changed before the request reached the machine.
-		return s.serveRequestOnce(from, c, req, waited, gone)
-	case pb.Role_ROLE_REPLICA:
-		coord := sl.m.coordinator
-		sl.mu.Unlock()
-		return s.redirectToCoordinator(c, coord, req)
-	}
-	acquiring, src, acquired := sl.acquiring, sl.source, sl.acquired
-	sl.mu.Unlock()
-	if acquiring {
-		if src != "" && !req.Forwarded {
-			// The transfer is running: the old coordinator still serves
-			// until it hands the region over (then it sends the request
-			// back here, and it waits below).
-			fwd := proto.Clone(req).(*pb.Request)
-			fwd.Forwarded, fwd.Origin, fwd.Suspects = true, []byte(player), nil
-			// The forwarded request ends when the player goes away, so
-			// that the coordinator drops it too.
-			fctx, fcancel := context.WithCancel(s.ctx)
-			if gone != nil {
-				stop := make(chan struct{})
-				go func() {
-					select {
-					case <-gone:
-						fcancel()
-					case <-stop:
-					}
-				}()
-				defer close(stop)
-			}
-			reply, err := s.call(fctx, src, c, &pb.Message{Body: &pb.Message_Request{Request: fwd}})
-			fcancel()
-			if err == nil && reply.GetReply() != nil && reply.GetReply().Status != pb.Status_STATUS_REDIRECT &&
-				reply.GetReply().Status != pb.Status_STATUS_RETRY {
-				return reply.GetReply()
-			}
-		}
-		// Wait for the acquisition to end rather than send the player
-		// away to retry: it ends within a few round trips.
-		if !waited {
-			timer := time.NewTimer(s.cfg.RequestTimeout)
-			defer timer.Stop()
-			select {
-			case <-acquired:
-				return s.serveRequestOnce(from, c, req, true, gone)
-			case <-timer.C:
-			case <-s.ctx.Done():
-			}
-		}
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "state transfer running"}
-	}
-	return s.redirectOrAcquire(from, c, req, waited, gone)
-}
-
-// submit hands player's request to region c's machine, on the Service's
-// loop, and waits for its answer; false if this peer no longer
-// coordinated the region by then (nothing was submitted).
-func (s *Service) submit(c Coord, sl *slot, player peer.ID, req *pb.Request, gone <-chan struct{}) (*pb.Reply, bool) {
-	ch := make(chan *pb.Reply, 1)
-	key := waitKey{player, string(req.RequestId)}
-	submitted := false
-	ran := s.onLoop(func() {
-		sl.mu.Lock()
-		if sl.m.role != pb.Role_ROLE_COORDINATOR {
-			sl.mu.Unlock()
-			return
-		}
-		// The request's deadline is when this peer stops waiting for its
-		// answer: a lock granted later would go to nobody and block the
-		// object's other waiters until its TTL.
-		now := time.Now()
-		p := &pending{from: player, req: req, deadlineMs: now.Add(s.cfg.RequestTimeout).UnixMilli()}
-		sl.wait(key, ch)
-		s.feedLease(c, sl)
-		eff := sl.m.Submit(p, now)
-		sl.mu.Unlock()
-		submitted = true
-		s.run(c, sl, eff)
-	})
-	if !ran {
-		sl.mu.Lock()
-		sl.unwait(key, ch)
-		sl.mu.Unlock()
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}, true
-	}
-	if !submitted {
-		return nil, false
-	}
-	timer := time.NewTimer(s.cfg.RequestTimeout)
-	defer timer.Stop()
-	abandon := func() {
-		s.onLoop(func() {
-			sl.mu.Lock()
-			// A retry that took this caller's place waits for it still.
-			if sl.unwait(key, ch) {
-				sl.m.Abandon(player, req.RequestId, time.Now())
-			}
-			sl.mu.Unlock()
-		})
-	}
-	select {
-	case r := <-ch:
-		return r, true
-	case <-timer.C:
-		abandon()
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "coordinator busy"}, true
-	case <-gone:
-		abandon()
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "the player went away"}, true
-	case <-s.ctx.Done():
-		sl.mu.Lock()
-		sl.unwait(key, ch)
-		sl.mu.Unlock()
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}, true
-	}
-}
-
-// redirectToCoordinator answers a request that reached this replica of
-// region c: it redirects the player to coordinator coord, unless coord is
-// dead or, named as a suspect, fails a probe (at most one per
-// ProbeTimeout): then this peer takes the region over. The loop decides;
-// the probe runs on this goroutine and hands its answer to the loop.
-func (s *Service) redirectToCoordinator(c Coord, coord peer.ID, req *pb.Request) *pb.Reply {
-	var redirect, probe bool
-	takeOver := func() {
-		s.markDeadOnLoop(coord)
-		s.startAcquire(c)
-	}
-	if !s.onLoop(func() {
-		switch {
-		case !s.alive(coord):
-			takeOver()
-		case !suspected(req, coord) || !s.live.probeDue(coord, time.Now()):
-			redirect = true
-		default:
-			probe = true
-		}
-	}) {
-		return shuttingDown()
-	}
-	if probe {
-		answered := s.ping(coord)
-		if !s.onLoop(func() {
-			if redirect = answered; !answered {
-				takeOver()
-			}
-		}) {
-			return shuttingDown()
-		}
-	}
-	if redirect {
-		return redirectReply(coord)
-	}
-	return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "replica taking over"}
-}
-
-// redirectOrAcquire answers a request for a region this peer does not
-// hold: it redirects to the coordinator in its view, or, being that peer,
-// takes the region over. The suspects the client names are probed only
-// if they would change that answer (the first two of the region's
-// placement), and each at most once per ProbeTimeout: a request cannot
-// make this peer dial strangers. The loop decides, one suspect at a time
-// (a suspect found dead changes the placement the next is judged by);
-// each probe runs on this goroutine and hands its answer to the loop.
-func (s *Service) redirectOrAcquire(from peer.ID, c Coord, req *pb.Request, waited bool, gone <-chan struct{}) *pb.Reply {
-	if req.Forwarded {
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "not coordinating"}
-	}
-	var (
-		next     int     // the next of req.Suspects to judge
-		probing  peer.ID // the suspect probed last ("": none)
-		answered bool    // whether it answered
-		target   peer.ID // the coordinator in this peer's view
-		take     bool    // this peer takes the region over
-	)
-	for {
-		if !s.onLoop(func() {
-			if probing != "" && !answered {
-				s.markDeadOnLoop(probing)
-			}
-			probing, next = s.suspectToProbeOnLoop(c, req.Suspects, next)
-			if probing != "" {
-				return
-			}
-			target = s.placement(c)[0]
-			// Behind NAT and alone: wait for a reachable peer.
-			if take = target == s.h.ID() && s.tr.CanCoordinate(target); take {
-				s.startAcquire(c)
-			}
-		}) {
-			return shuttingDown()
-		}
-		if probing == "" {
-			break
-		}
-		answered = s.ping(probing)
-	}
-	if take {
-		if !waited {
-			// Serve it once the region is taken over (or forward it while
-			// the state comes), rather than send the player away.
-			return s.serveRequestOnce(from, c, req, false, gone)
-		}
-		return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "taking the region over"}
-	}
-	return redirectReply(target)
-}
-
-// suspectToProbeOnLoop is the first of suspects[from:] that redirecting a
-// request for region c must probe before it answers: alive in this
-// peer's view, among the first two of the region's placement, and not
-// probed within ProbeTimeout (the probe is recorded). It returns the
-// suspect ("" if none) and where the next search starts.
-func (s *Service) suspectToProbeOnLoop(c Coord, suspects [][]byte, from int) (peer.ID, int) {
-	order := s.placement(c)
-	now := time.Now()
-	for i := from; i < len(suspects); i++ {
-		p, err := peer.IDFromBytes(suspects[i])
-		if err != nil || p == s.h.ID() || !s.alive(p) {
-			continue
-		}
-		if !containsPeer(order[:min(2, len(order))], p) {
-			s.metrics.refused.WithLabelValues(refusedSuspectNotPlaced).Inc()
-			continue
-		}
-		if s.live.probeDue(p, now) {
-			return p, i + 1
-		}
-	}
-	return "", len(suspects)
-}
-
-func shuttingDown() *pb.Reply {
-	return &pb.Reply{Status: pb.Status_STATUS_RETRY, Error: "shutting down"}
-}
-
-func suspected(req *pb.Request, p peer.ID) bool {
-	for _, b := range req.Suspects {
-		if peer.ID(b) == p {
-			return true
-		}
-	}
-	return false
-}
-
 // --- roles --------------------------------------------------------------------
-
-// Role returns this peer's role in region c.
-func (s *Service) Role(c Coord) Role {
-	s.mu.Lock()
-	sl := s.slots[c]
-	s.mu.Unlock()
-	if sl == nil {
-		return RoleNone
-	}
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	return roleOf(sl.m.role)
-}
 
 func roleOf(r pb.Role) Role {
 	switch r {

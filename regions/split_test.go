@@ -43,7 +43,7 @@ func TestFalseSuspicionHeals(t *testing.T) {
 		// old coordinator wrongly and takes over.
 		book.grant(c, replica)
 		b.svc.markDead(old)
-		b.svc.startAcquire(c)
+		b.svc.onLoop(func() { b.svc.startAcquire(c) })
 		waitUntil(t, 10*time.Second, "the replica to take the region over", func() bool {
 			return b.svc.Role(c) == RoleCoordinator
 		})

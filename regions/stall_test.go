@@ -44,12 +44,13 @@ func TestAdversarialStalledReplica(t *testing.T) {
 		defer cancel()
 		sl := co.svc.existingSlot(c)
 		replica := func() peer.ID {
-			sl.mu.Lock()
-			defer sl.mu.Unlock()
-			if sl.m.hasWantReplica {
-				return sl.m.wantReplica
-			}
-			return sl.m.replica
+			var r peer.ID
+			inspect(co.svc, func() {
+				if r = sl.m.replica; sl.m.hasWantReplica {
+					r = sl.m.wantReplica
+				}
+			})
+			return r
 		}
 		waitUntil(t, 10*time.Second, "the coordinator to pick the staller as replica", func() bool {
 			co.svc.onLoop(func() { co.svc.maintain(c, wakeup{}) })
@@ -82,9 +83,9 @@ func TestAdversarialStalledReplica(t *testing.T) {
 			}
 			co.svc.onLoop(func() { co.svc.maintain(c, wakeup{}) })
 		}
-		sl.mu.Lock()
-		got, synced := sl.m.replica, sl.m.replicaSynced
-		sl.mu.Unlock()
+		var got peer.ID
+		var synced bool
+		inspect(co.svc, func() { got, synced = sl.m.replica, sl.m.replicaSynced })
 		if got != honest || !synced {
 			t.Fatalf("replica %s (synced %v), want the honest %s", got.ShortString(), synced, honest.ShortString())
 		}

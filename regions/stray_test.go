@@ -34,10 +34,8 @@ func TestStrayCoordinatorComparesBeforeCommitting(t *testing.T) {
 		cl.crash(t, co)
 		book.release(c)
 		re.svc.onLoop(func() {
-			rsl.mu.Lock()
 			re.svc.feedLease(c, rsl)
 			eff := rsl.m.Kick(time.Now())
-			rsl.mu.Unlock()
 			re.svc.run(c, rsl, eff)
 		})
 		// A player keeps writing; each write that succeeds builds on the last.
@@ -89,20 +87,16 @@ func TestLeaseHolderAwayFromTheClosestHeals(t *testing.T) {
 		for _, m := range []*member{x, y} {
 			sl := m.svc.slot(c)
 			m.svc.onLoop(func() {
-				sl.mu.Lock()
 				m.svc.feedLeaseTaking(c, sl)
 				eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
-				sl.mu.Unlock()
 				m.svc.run(c, sl, eff)
 			})
 		}
 		// X found no replica then (it is alone, with nothing queued).
 		xsl := x.svc.existingSlot(c)
 		x.svc.onLoop(func() {
-			xsl.mu.Lock()
 			x.svc.feedLease(c, xsl)
 			eff := xsl.m.SetReplica("", time.Now())
-			xsl.mu.Unlock()
 			x.svc.run(c, xsl, eff)
 		})
 		book.grant(c, xID)
@@ -139,10 +133,8 @@ func TestLeaseHolderTakesTheFresherCopyFromACloserPeer(t *testing.T) {
 		book.grant(c, testPeer(99)) // Y's lease lapses
 		sl := x.svc.slot(c)
 		x.svc.onLoop(func() {
-			sl.mu.Lock()
 			x.svc.feedLeaseTaking(c, sl)
 			eff := sl.m.Install(&pb.Snapshot{Epoch: 1}, "", false, nil, nil, time.Now())
-			sl.mu.Unlock()
 			x.svc.run(c, sl, eff)
 		})
 		book.grant(c, x.id())
@@ -163,9 +155,10 @@ func strayReplica(t *testing.T, ctx context.Context, cl *cluster, co, re *member
 	t.Helper()
 	// re's copy as it was when the coordinator left it out.
 	rsl := re.svc.existingSlot(c)
-	rsl.mu.Lock()
-	saved, proof, assign := rsl.m.snapshot(), rsl.m.copyProof, rsl.m.copyAssign
-	rsl.mu.Unlock()
+	var saved *pb.Snapshot
+	var proof []byte
+	var assign *pb.Assignment
+	inspect(re.svc, func() { saved, proof, assign = rsl.m.snapshot(), rsl.m.copyProof, rsl.m.copyAssign })
 	if assign == nil {
 		t.Fatal("the replica holds no assignment")
 	}
@@ -173,19 +166,16 @@ func strayReplica(t *testing.T, ctx context.Context, cl *cluster, co, re *member
 	csl := co.svc.existingSlot(c)
 	var q peer.ID
 	waitUntil(t, 10*time.Second, "the coordinator to replicate elsewhere", func() bool {
-		csl.mu.Lock()
-		defer csl.mu.Unlock()
-		q = csl.m.replica
-		return q != "" && q != re.id() && csl.m.replicaSynced
+		var synced bool
+		inspect(co.svc, func() { q, synced = csl.m.replica, csl.m.replicaSynced })
+		return q != "" && q != re.id() && synced
 	})
 	// re's retirement was lost and it took its old copy over.
 	re.svc.onLoop(func() {
-		rsl.mu.Lock()
 		rsl.m.load(saved)
 		rsl.m.role, rsl.m.coordinator, rsl.m.copyProof, rsl.m.copyAssign = pb.Role_ROLE_REPLICA, co.id(), proof, assign
 		re.svc.feedLeaseTaking(c, rsl)
 		eff := rsl.m.TakeOver(time.Now())
-		rsl.mu.Unlock()
 		re.svc.run(c, rsl, eff)
 	})
 	// Acknowledged writes re never saw.

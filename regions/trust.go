@@ -397,10 +397,10 @@ func (s *Service) checkSeal(c Coord, grant []byte, snap *pb.Snapshot, seal *pb.S
 // assign returns this peer's signed assignment of region c's copy to
 // holder in epoch under lease (this peer's own, see grantLease). The
 // same assignment is reused while epoch, lease and holder stay; a new one
-// gets the slot's next serial. Nil if this peer cannot sign.
-func (s *Service) assign(c Coord, sl *slot, epoch, lease uint64, holder peer.ID) *pb.Assignment {
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
+// gets the slot's next serial (so it runs on the loop, which owns the
+// slot; a new assignment is rare, signed there). Nil if this peer cannot
+// sign.
+func (s *Service) assignOnLoop(c Coord, sl *slot, epoch, lease uint64, holder peer.ID) *pb.Assignment {
 	if a := sl.assigned; a != nil && a.Epoch == epoch && a.LeaseId == lease && peer.ID(a.Holder) == holder {
 		return a
 	}
