@@ -450,7 +450,13 @@ func (s *Service) checkHandoff(c Coord, src peer.ID, hr *pb.HandoffReply) string
 // for the machine's reply (its batch in flight) is this goroutine's too.
 func (s *Service) serveHandoff(from peer.ID, c Coord, grant []byte) *pb.HandoffReply {
 	self := s.h.ID()
-	sl := s.slot(c)
+	// A peer with no state for c has nothing to hand over; looking the
+	// slot up instead of making one keeps askers from making this peer
+	// hold a slot for every region of the world.
+	sl := s.existingSlot(c)
+	if sl == nil {
+		return &pb.HandoffReply{Error: "no state for region"}
+	}
 	var next handoffNext
 	if !s.onLoop(func() { next = s.handoffOnLoop(c, sl, from, grant) }) {
 		return &pb.HandoffReply{Error: "shutting down"}

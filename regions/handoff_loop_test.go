@@ -135,3 +135,52 @@ func TestReplicaAnswersHandoffOnTheLoop(t *testing.T) {
 		})
 	})
 }
+
+// TestAdversarialHandoffAsksMakeNoState: a peer that asks another, over
+// the network, to hand over every region of a 16x16 world gets "no state
+// for region" for each and leaves the other holding no more region slots
+// than before (each ask used to leave an empty slot behind, which every
+// later step of the loop walks).
+func TestAdversarialHandoffAsksMakeNoState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := memnet.New()
+		t.Cleanup(net.Close)
+		cfg := Config{World: "asks", Width: 16, Height: 16, RequestTimeout: time.Second,
+			ProbeTimeout: 500 * time.Millisecond, MaintainEvery: time.Hour, DeadFor: time.Minute}
+		var svcs []*Service
+		for i := range 2 {
+			mp, err := net.Add(scenarioKey(400 + i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := cfg
+			c.Logger = testLogger()
+			c.Registerer = prometheus.NewRegistry()
+			svc, err := NewWithTransport(mp, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { svc.Close() })
+			svcs = append(svcs, svc)
+		}
+		victim, attacker := svcs[0], svcs[1]
+		synctest.Wait()
+		held := len(victim.heldRegions())
+		for x := range cfg.Width {
+			for y := range cfg.Height {
+				c := Coord{X: x, Y: y}
+				reply, err := attacker.call(t.Context(), victim.h.ID(), c,
+					&pb.Message{Body: &pb.Message_Handoff{Handoff: &pb.Handoff{}}})
+				if err != nil {
+					t.Fatalf("hand-off ask for %s: %v", c, err)
+				}
+				if r := reply.GetHandoffReply(); r == nil || r.Error != "no state for region" {
+					t.Fatalf("hand-off ask for %s answered %v", c, reply)
+				}
+			}
+		}
+		if now := len(victim.heldRegions()); now != held {
+			t.Fatalf("the victim holds %d region slots after %d asks, %d before", now, cfg.Width*cfg.Height, held)
+		}
+	})
+}
