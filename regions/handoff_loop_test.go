@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/regions/memnet"
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
@@ -22,24 +21,11 @@ func loopTestServices(t *testing.T, net *memnet.Network, n int) []*Service {
 	t.Helper()
 	cfg := Config{World: "loop", Width: 2, Height: 2, RequestTimeout: time.Second,
 		ProbeTimeout: 500 * time.Millisecond, MaintainEvery: time.Hour, DeadFor: time.Minute}
-	t.Cleanup(net.Close) // after the Services (cleanups run last first)
 	byID := map[peer.ID]*Service{}
 	var ids []peer.ID
-	for i := range n {
-		mp, err := net.Add(scenarioKey(300 + i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := cfg
-		c.Logger = testLogger()
-		c.Registerer = prometheus.NewRegistry()
-		svc, err := NewWithTransport(mp, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { svc.Close() })
-		byID[mp.ID()] = svc
-		ids = append(ids, mp.ID())
+	for _, svc := range memnetServices(t, net, cfg, n, 300) {
+		byID[svc.h.ID()] = svc
+		ids = append(ids, svc.h.ID())
 	}
 	var out []*Service
 	for _, id := range byID[ids[0]].hashes.sortByDistance(byID[ids[0]].key(loopTestRegion), ids) {
@@ -143,26 +129,9 @@ func TestReplicaAnswersHandoffOnTheLoop(t *testing.T) {
 // later step of the loop walks).
 func TestAdversarialHandoffAsksMakeNoState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := memnet.New()
-		t.Cleanup(net.Close)
 		cfg := Config{World: "asks", Width: 16, Height: 16, RequestTimeout: time.Second,
 			ProbeTimeout: 500 * time.Millisecond, MaintainEvery: time.Hour, DeadFor: time.Minute}
-		var svcs []*Service
-		for i := range 2 {
-			mp, err := net.Add(scenarioKey(400 + i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := cfg
-			c.Logger = testLogger()
-			c.Registerer = prometheus.NewRegistry()
-			svc, err := NewWithTransport(mp, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { svc.Close() })
-			svcs = append(svcs, svc)
-		}
+		svcs := memnetServices(t, memnet.New(), cfg, 2, 400)
 		victim, attacker := svcs[0], svcs[1]
 		synctest.Wait()
 		held := len(victim.heldRegions())

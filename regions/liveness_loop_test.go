@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/overworld-p2p/overworld/regions/memnet"
 )
@@ -22,27 +21,7 @@ func TestLivenessInputsReachTheLoop(t *testing.T) {
 		const deadFor = 5 * time.Second
 		cfg := Config{World: "live", Width: 2, Height: 2, RequestTimeout: time.Second,
 			ProbeTimeout: 500 * time.Millisecond, MaintainEvery: 100 * time.Millisecond, DeadFor: deadFor}
-		var svcs []*Service
-		for i := range 2 {
-			mp, err := net.Add(scenarioKey(200 + i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := cfg
-			c.Logger = testLogger()
-			c.Registerer = prometheus.NewRegistry()
-			svc, err := NewWithTransport(mp, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			svcs = append(svcs, svc)
-		}
-		defer func() {
-			for _, s := range svcs {
-				s.Close()
-			}
-			net.Close()
-		}()
+		svcs := memnetServices(t, net, cfg, 2, 200)
 		a, b := svcs[0], svcs[1]
 		bID := b.h.ID()
 		// onTable is whether b is alive in a's table, asked on a's loop.

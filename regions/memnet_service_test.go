@@ -24,27 +24,10 @@ func TestServicesOverAutomaticMemnet(t *testing.T) {
 			ProbeTimeout: 500 * time.Millisecond, MaintainEvery: 500 * time.Millisecond}
 		svcs := map[peer.ID]*Service{}
 		var ids []peer.ID
-		for i := range 5 {
-			mp, err := net.Add(scenarioKey(100 + i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := cfg
-			c.Logger = testLogger()
-			c.Registerer = prometheus.NewRegistry()
-			svc, err := NewWithTransport(mp, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			svcs[mp.ID()] = svc
-			ids = append(ids, mp.ID())
+		for _, svc := range memnetServices(t, net, cfg, 5, 100) {
+			svcs[svc.h.ID()] = svc
+			ids = append(ids, svc.h.ID())
 		}
-		defer func() {
-			for _, s := range svcs {
-				s.Close()
-			}
-			net.Close()
-		}()
 		c := Coord{X: 2, Y: 3}
 		order := sortByDistance(Key(cfg.World, c), ids)
 		player := svcs[order[4]].Client()
@@ -67,4 +50,29 @@ func TestServicesOverAutomaticMemnet(t *testing.T) {
 			t.Fatalf("the old replica is %s, want coordinator", r)
 		}
 	})
+}
+
+// memnetServices starts n Services with cfg on net, their keys
+// scenarioKey(keyBase), scenarioKey(keyBase+1), ..., each with its own
+// metrics registry; the test's cleanup closes them, then net.
+func memnetServices(t *testing.T, net *memnet.Network, cfg Config, n, keyBase int) []*Service {
+	t.Helper()
+	t.Cleanup(net.Close) // after the Services: cleanups run last first
+	var svcs []*Service
+	for i := range n {
+		mp, err := net.Add(scenarioKey(keyBase + i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cfg
+		c.Logger = testLogger()
+		c.Registerer = prometheus.NewRegistry()
+		svc, err := NewWithTransport(mp, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { svc.Close() })
+		svcs = append(svcs, svc)
+	}
+	return svcs
 }
