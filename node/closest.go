@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -47,6 +49,12 @@ func (n *Node) ClosestPeers(ctx context.Context, key string, count int) ([]peer.
 		return nil, nil
 	}
 	found, err := n.dht.GetClosestPeers(ctx, key)
+	if errors.Is(err, kb.ErrLookupFailure) && n.awaitRoutingPeer(ctx) {
+		// The table was empty: a node that has just connected to its
+		// first peers adds them only once identify and the DHT's own
+		// check of each have answered. Look again once it holds one.
+		found, err = n.dht.GetClosestPeers(ctx, key)
+	}
 	if err != nil && len(found) == 0 {
 		return nil, fmt.Errorf("closest peers to %q: %w", key, err)
 	}
@@ -54,6 +62,24 @@ func (n *Node) ClosestPeers(ctx context.Context, key string, count int) ([]peer.
 	// routing table's view for the rest.
 	found = append(found, n.dht.RoutingTable().NearestPeers(kb.ConvertKey(key), count)...)
 	return n.closestWithSelf(key, found, count), nil
+}
+
+// routingPoll is how often awaitRoutingPeer looks at the routing table.
+const routingPoll = 20 * time.Millisecond
+
+// awaitRoutingPeer waits until the DHT's routing table holds a peer, and
+// reports whether it does before ctx ends.
+func (n *Node) awaitRoutingPeer(ctx context.Context) bool {
+	tick := time.NewTicker(routingPoll)
+	defer tick.Stop()
+	for n.dht.RoutingTable().Size() == 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
 }
 
 // ServesDHT reports whether p answers DHT queries as far as this node
