@@ -126,6 +126,9 @@ func StartRegionServices(ctx context.Context, n *node.Node, cfg RegionServicesCo
 	popts := []position.Option{position.WithCoordinators(func(c regions.Coord) peer.ID {
 		coord, _ := rs.Regions.Coordinator(c)
 		return coord
+	}), position.WithLookup(func(ctx context.Context, c regions.Coord) error {
+		_, _, err := rs.Regions.Locate(ctx, c)
+		return err
 	})}
 	if rs.Admission != nil {
 		popts = append(popts, position.WithAdmission(positionAdmission(rs.Admission)))

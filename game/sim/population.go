@@ -312,6 +312,9 @@ func (r *run) newPlayer(ctx context.Context, idx int, start regions.Coord) (*pla
 		popts = append(popts, position.WithCoordinators(func(c regions.Coord) peer.ID {
 			coord, _ := p.rsvc.Coordinator(c)
 			return coord
+		}), position.WithLookup(func(ctx context.Context, c regions.Coord) error {
+			_, _, err := p.rsvc.Locate(ctx, c)
+			return err
 		}))
 	} else {
 		popts = append(popts, position.WithCandidates(func(context.Context, string) ([]peer.ID, error) {

@@ -273,6 +273,7 @@ func (s *Service) startRendezvous(ctx context.Context, now time.Time) {
 func (s *Service) rendezvousWith(ctx context.Context, c regions.Coord) error {
 	ctx, cancel := context.WithTimeout(ctx, streamTimeout)
 	defer cancel()
+	s.lookUp(ctx, c)
 	coord, err := s.coordinatorFor(ctx, c)
 	if err != nil {
 		return err

@@ -96,9 +96,11 @@ type Service struct {
 	// coordinatorOf, if set, names coordinators instead of candidates
 	// (WithCoordinators).
 	coordinatorOf func(regions.Coord) peer.ID
-	onDeliver     func(Delivery)
-	admission     Admission // nil: an open world
-	count         *counters
+	// lookup, if set, refreshes coordinatorOf's view (WithLookup).
+	lookup    func(context.Context, regions.Coord) error
+	onDeliver func(Delivery)
+	admission Admission // nil: an open world
+	count     *counters
 
 	topicMu   sync.Mutex                     // guards topics and sumTopics; taken before mu, never after
 	topics    map[regions.Coord]*regionTopic // joined topics, subscribed or not
@@ -116,6 +118,7 @@ type Service struct {
 	relocations uint32
 	view        map[peer.ID]*seenPlayer
 	coordinator map[regions.Coord]coordinatorEntry
+	lookedUp    map[regions.Coord]time.Time                // last WithLookup run per region
 	interested  map[regions.Coord]map[peer.ID]registration // coordinator: who joined, as what, until when
 	pending     map[regions.Coord]map[peer.ID]*Update      // coordinator: updates of this interval
 	batchSeq    map[regions.Coord]uint64
@@ -182,6 +185,7 @@ func New(n *node.Node, cfg Config, opts ...Option) (*Service, error) {
 		summaries:   map[regions.Coord]*summariser{},
 		view:        map[peer.ID]*seenPlayer{},
 		coordinator: map[regions.Coord]coordinatorEntry{},
+		lookedUp:    map[regions.Coord]time.Time{},
 		interested:  map[regions.Coord]map[peer.ID]registration{},
 		pending:     map[regions.Coord]map[peer.ID]*Update{},
 		batchSeq:    map[regions.Coord]uint64{},
@@ -788,6 +792,7 @@ func (s *Service) expire(now time.Time) {
 		}
 	}
 	s.tracker.Forget(now.Add(-10 * s.cfg.Expire))
+	s.forgetLookups(now)
 	s.ingest.Forget(now.Add(-10 * s.cfg.Expire))
 	for c, m := range s.interested {
 		for id, reg := range m {
