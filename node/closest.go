@@ -68,11 +68,18 @@ func (n *Node) ClosestPeers(ctx context.Context, key string, count int) ([]peer.
 const routingPoll = 20 * time.Millisecond
 
 // awaitRoutingPeer waits until the DHT's routing table holds a peer, and
-// reports whether it does before ctx ends.
+// reports whether it does before ctx ends. It gives up at once when no
+// connected peer serves the DHT or may yet turn out to (identify has not
+// told its protocols): then the table has nothing to fill from (a network
+// of DHT clients, as the simulator's directory placement runs, whose
+// callers expect the lookup to fail at once, not at their deadline).
 func (n *Node) awaitRoutingPeer(ctx context.Context) bool {
 	tick := time.NewTicker(routingPoll)
 	defer tick.Stop()
 	for n.dht.RoutingTable().Size() == 0 {
+		if !slices.ContainsFunc(n.host.Network().Peers(), n.mayServeDHT) {
+			return false
+		}
 		select {
 		case <-ctx.Done():
 			return false
@@ -80,6 +87,15 @@ func (n *Node) awaitRoutingPeer(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// mayServeDHT reports whether p serves the DHT or identify has not told
+// yet.
+func (n *Node) mayServeDHT(p peer.ID) bool {
+	if protos, _ := n.host.Peerstore().GetProtocols(p); len(protos) == 0 {
+		return true
+	}
+	return n.ServesDHT(p)
 }
 
 // ServesDHT reports whether p answers DHT queries as far as this node
