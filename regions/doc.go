@@ -73,7 +73,11 @@
 //     replica keeps its copy until the new one has acknowledged its
 //     snapshot, so that a coordinator's crash meanwhile loses nothing.
 //   - Hand-off: a coordinator that sees a closer live peer nudges it; that
-//     peer asks for the state. The coordinator finishes its batch in flight,
+//     peer asks for the state. The coordinator finishes its batch in flight
+//     (unless the replica answers it without acknowledging it, as when it
+//     finds this coordinator not placed: the batch's writes are then
+//     redirected to the closer peer, whose snapshot holds them, rather
+//     than the region waiting while every replica is tried),
 //     hands over a snapshot in a new epoch and becomes the replica; the old
 //     replica retires once the new coordinator shows it installed the
 //     region (it replicates to the old coordinator, retires it, or

@@ -710,6 +710,9 @@ func (m *machine) ReplicaAck(from peer.ID, a *pb.ReplicateAck, proven bool, now 
 		return m.stepDown(next)
 	default:
 		m.replicaSynced = false
+		if m.handoffTo != "" {
+			return m.handOverUnacknowledged()
+		}
 		if m.strikes++; m.strikes >= maxStrikes {
 			m.log.Warn("replica answers without acknowledging anything; leaving it out", "region", m.region, "replica", from, "answers", m.strikes)
 			eff := effects{exclude: from, retire: []retirement{{to: from, epoch: m.epoch}}}
@@ -955,6 +958,27 @@ func (m *machine) Handoff(to peer.ID, now time.Time) effects {
 	}
 	m.handoffTo = to
 	return m.pump(now)
+}
+
+// handOverUnacknowledged hands the region to the closer peer waiting for
+// it (handoffTo) when the replica answered the outstanding message
+// without acknowledging it. A replica that refuses this coordinator
+// (not placed in its view, a lease it does not see) would refuse the next
+// replica as well, and the hand-off would wait for every candidate to be
+// tried and left out in turn while the region answers nobody. The
+// batch's writes were never acknowledged: their writers are sent to the
+// new coordinator, which gets them in the snapshot (with their request
+// IDs, so a retry is applied once) and holds them on two copies, itself
+// and this peer, before it answers the retry.
+func (m *machine) handOverUnacknowledged() (eff effects) {
+	m.log.Info("replica acknowledges nothing while a closer peer waits; handing the region over now", "region", m.region, "replica", m.replica, "to", m.handoffTo, "writes", len(m.inflight))
+	for _, a := range m.inflight {
+		a.r = redirectReply(m.handoffTo)
+		eff.answers = append(eff.answers, a)
+	}
+	m.inflight, m.inflightEnts = nil, nil
+	eff.merge(m.giveAway())
+	return eff
 }
 
 // giveAway completes a hand-off: the new coordinator gets the state in a
