@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"time"
 
@@ -77,8 +76,13 @@ type machine struct {
 	// Coordinator side.
 	replica       peer.ID // "" when alone
 	replicaSynced bool
-	outstanding   bool   // a Replicate awaits the replica's ack
-	outSeq        uint64 // seq covered by the outstanding message
+	// replicaHeld: the replica acknowledged a copy from this coordinator
+	// (or came with the region, or held it before): it may hold the
+	// region's only other copy, which a replica change must not drop
+	// until the next replica holds one.
+	replicaHeld bool
+	outstanding bool   // a Replicate awaits the replica's ack
+	outSeq      uint64 // seq covered by the outstanding message
 	// alone: the transport found no replica candidate when last asked;
 	// until then a batch waits for a replica instead of being
 	// acknowledged with one copy.
@@ -91,11 +95,16 @@ type machine struct {
 	// strikes counts the replica's answers in a row that neither
 	// acknowledged nor proved anything; at maxStrikes it is left out.
 	strikes int
-	// replaced are the replicas changed for another (changeReplica) that
-	// is not synced yet: each keeps its copy until the new replica
-	// acknowledges its snapshot (retireReplaced), so that until then the
-	// region is on two peers, and this peer's crash alone loses nothing.
-	replaced      []peer.ID
+	// replaced is the replica that held the copy (replicaHeld) and was
+	// changed for another (changeReplica) not synced yet: it keeps its
+	// copy until the new replica acknowledges its snapshot
+	// (retireReplaced), so that until then the region is on two peers,
+	// and this peer's crash alone loses nothing. One peer at most: a
+	// replica holds the copy only once it acknowledged one, which
+	// retires the replaced one; replicas changed before acknowledging
+	// anything hold nothing to keep, and drop what they got at their
+	// next copy check.
+	replaced      peer.ID
 	inflight      []answer
 	inflightEnts  []*pb.Entry
 	inflightLease uint64
@@ -297,10 +306,10 @@ func (m *machine) load(s *pb.Snapshot) {
 func (m *machine) clear() {
 	m.role = pb.Role_ROLE_NONE
 	m.coordinator, m.replica = "", ""
-	m.replicaSynced, m.outstanding = false, false
+	m.replicaSynced, m.replicaHeld, m.outstanding = false, false, false
 	m.copyProof, m.copyAssign, m.alone, m.hasWantReplica, m.wantReplica, m.strikes = nil, nil, false, false, "", 0
 	m.verifiedLease, m.comparing, m.copySeal = 0, false, nil
-	m.oldReplicas, m.replaced = nil, nil
+	m.oldReplicas, m.replaced = nil, ""
 	m.objects = map[string]*pb.Object{}
 	m.done = newDoneLog(maxDone)
 	m.inflight, m.inflightEnts = nil, nil
@@ -330,7 +339,7 @@ func (m *machine) info() *pb.InfoReply {
 // it (Checked) rather than leave this peer's the only one.
 func (m *machine) infoFor(asker peer.ID) *pb.InfoReply {
 	r := m.info()
-	if m.role == pb.Role_ROLE_COORDINATOR && containsPeer(m.replaced, asker) {
+	if m.role == pb.Role_ROLE_COORDINATOR && asker != "" && asker == m.replaced {
 		r.Replica = []byte(asker)
 	}
 	return r
@@ -696,7 +705,7 @@ func (m *machine) ReplicaAck(from peer.ID, a *pb.ReplicateAck, proven bool, now 
 	m.outstanding = false
 	switch {
 	case a.Ok && a.Seq >= m.outSeq:
-		m.replicaSynced, m.strikes = true, 0
+		m.replicaSynced, m.replicaHeld, m.strikes = true, true, 0
 		eff := m.commit()
 		eff.merge(m.retireReplaced())
 		eff.merge(m.pump(now))
@@ -716,7 +725,7 @@ func (m *machine) ReplicaAck(from peer.ID, a *pb.ReplicateAck, proven bool, now 
 		if m.strikes++; m.strikes >= maxStrikes {
 			m.log.Warn("replica answers without acknowledging anything; leaving it out", "region", m.region, "replica", from, "answers", m.strikes)
 			eff := effects{exclude: from, retire: []retirement{{to: from, epoch: m.epoch}}}
-			m.replica, m.strikes, m.alone = "", 0, false
+			m.replica, m.replicaHeld, m.strikes, m.alone = "", false, 0, false
 			eff.merge(m.pump(now))
 			return eff
 		}
@@ -731,7 +740,7 @@ func (m *machine) ReplicaFailed(failed, next peer.ID, now time.Time) effects {
 		return effects{}
 	}
 	m.outstanding = false
-	m.replica, m.replicaSynced = "", false
+	m.replica, m.replicaSynced, m.replicaHeld = "", false, false
 	return m.SetReplica(next, now)
 }
 
@@ -762,17 +771,25 @@ func (m *machine) SetReplica(p peer.ID, now time.Time) (eff effects) {
 func (m *machine) changeReplica() (eff effects) {
 	p := m.wantReplica
 	m.wantReplica, m.hasWantReplica = "", false
-	if m.replica != "" && m.replica != p && !containsPeer(m.replaced, m.replica) {
-		m.replaced = append(m.replaced, m.replica)
+	held := m.replicaHeld
+	if m.replica != "" && m.replica != p && m.replicaHeld {
+		// Held copies are kept one at a time: the one replaced before
+		// is retired by the acknowledgement that made this one held.
+		m.replaced = m.replica
 	}
-	// One that comes back as the replica gets a snapshot, not a retirement.
-	m.replaced = slices.DeleteFunc(m.replaced, func(q peer.ID) bool { return q == p })
+	if p != "" && p == m.replaced {
+		// One that comes back as the replica gets a snapshot, not a
+		// retirement, and still holds its copy meanwhile.
+		m.replaced, held = "", true
+	} else {
+		held = false
+	}
 	if p == "" {
 		// No replica to wait for: nobody else can hold the copy.
 		m.log.Warn("coordinating without a replica", "region", m.region, "epoch", m.epoch)
 		eff.merge(m.retireReplaced())
 	}
-	m.replica, m.replicaSynced, m.strikes, m.alone = p, false, 0, p == ""
+	m.replica, m.replicaSynced, m.replicaHeld, m.strikes, m.alone = p, false, held, 0, p == ""
 	return eff
 }
 
@@ -780,13 +797,10 @@ func (m *machine) changeReplica() (eff effects) {
 // holds the copy now (or there is none); one asked for as the replica
 // again (wantReplica) is not retired: it is about to get a snapshot.
 func (m *machine) retireReplaced() (eff effects) {
-	for _, p := range m.replaced {
-		if p == m.replica || (m.hasWantReplica && p == m.wantReplica) {
-			continue
-		}
+	if p := m.replaced; p != "" && p != m.replica && !(m.hasWantReplica && p == m.wantReplica) {
 		eff.retire = append(eff.retire, retirement{to: p, epoch: m.epoch})
 	}
-	m.replaced = nil
+	m.replaced = ""
 	return eff
 }
 
@@ -907,13 +921,13 @@ func (m *machine) TakeOver(now time.Time) effects {
 	m.log.Info("taking over region", "region", m.region, "old_coordinator", m.coordinator, "epoch", m.epoch+1, "objects", len(m.objects))
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.epoch++
-	m.replica, m.replicaSynced, m.outstanding, m.alone = "", false, false, false
+	m.replica, m.replicaSynced, m.replicaHeld, m.outstanding, m.alone = "", false, false, false, false
 	m.verifiedLease = 0
 	// The old replicas kept since a hand-off whose new coordinator is gone
 	// are not retired: one placed as the replica again gets this peer's
 	// snapshot, the others drop their copies at their next check
 	// (Checked), this peer then coordinating with another replica.
-	m.oldReplicas, m.replaced = nil, nil
+	m.oldReplicas, m.replaced = nil, ""
 	eff := m.pump(now)
 	eff.needReplica = true
 	return eff
@@ -928,8 +942,10 @@ func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []
 	m.copyProof, m.copyAssign, m.copySeal = grant, assign, nil
 	m.role, m.coordinator = pb.Role_ROLE_COORDINATOR, ""
 	m.replica, m.replicaSynced, m.outstanding, m.alone = replica, synced && replica != "", false, false
+	// A replica that came with the region may hold a copy of it.
+	m.replicaHeld = replica != ""
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
-	m.verifiedLease, m.oldReplicas, m.replaced = 0, nil, nil
+	m.verifiedLease, m.oldReplicas, m.replaced = 0, nil, ""
 	eff := m.pump(now)
 	if replica == "" {
 		eff.needReplica = true
@@ -997,12 +1013,12 @@ func (m *machine) giveAway() (eff effects) {
 	m.epoch++
 	snap := m.snapshot()
 	m.oldReplicas = nil
-	for _, p := range append(m.replaced, m.replica) {
+	for _, p := range []peer.ID{m.replaced, m.replica} {
 		if p != "" && p != to {
 			m.oldReplicas = append(m.oldReplicas, retirement{to: p, epoch: m.epoch})
 		}
 	}
-	m.replaced = nil
+	m.replaced = ""
 	for _, p := range m.queue {
 		if !p.expiry {
 			eff.answers = append(eff.answers, answerTo(p, redirectReply(to)))
@@ -1011,7 +1027,7 @@ func (m *machine) giveAway() (eff effects) {
 	eff.answers = append(eff.answers, m.locks.drain(redirectReply(to))...)
 	m.queue = nil
 	m.role, m.coordinator = pb.Role_ROLE_REPLICA, to
-	m.replica, m.replicaSynced, m.outstanding = "", false, false
+	m.replica, m.replicaSynced, m.replicaHeld, m.outstanding = "", false, false, false
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
 	m.verifiedLease, m.comparing = 0, false
 	// The copy keeps the grant it was committed under until the new

@@ -590,3 +590,43 @@ func TestReplicaChangeRetiresTheOldOnceTheNewHoldsTheCopy(t *testing.T) {
 		t.Fatalf("B got no snapshot: %+v", eff.send)
 	}
 }
+
+// TestReplicaChangesKeepOneHeldCopy changes the replica again and again
+// to peers that never acknowledge the snapshot (a hostile or misplaced
+// peer refuses each): the machine keeps only the replica that held the
+// copy, B, counted as the replica in B's copy checks throughout, and
+// retires B alone once a replica acknowledges.
+func TestReplicaChangesKeepOneHeldCopy(t *testing.T) {
+	co, _ := pair(t)
+	eff := co.SetReplica(peer.ID("refuser-0"), t0)
+	for i := 1; i <= 200; i++ {
+		next := peer.ID(fmt.Sprintf("refuser-%d", i))
+		if i == 200 {
+			next = peerC
+		}
+		if more := co.SetReplica(next, t0); len(more.retire) != 0 {
+			t.Fatalf("change %d retired %+v while no replica holds the copy", i, more.retire)
+		}
+		if eff.send == nil {
+			t.Fatalf("change %d: no snapshot out", i)
+		}
+		eff = co.ReplicaAck(eff.send.to, &pb.ReplicateAck{}, true, t0)
+		if len(eff.retire) != 0 {
+			t.Fatalf("change %d retired %+v while no replica holds the copy", i, eff.retire)
+		}
+		if co.replaced != peerB {
+			t.Fatalf("change %d: kept %q as the replaced copy, want B", i, co.replaced)
+		}
+		if got := peer.ID(co.infoFor(peerB).Replica); got != peerB {
+			t.Fatalf("change %d: B is told the replica is %v while nobody else holds the copy", i, got)
+		}
+	}
+	if eff.send == nil || eff.send.to != peerC {
+		t.Fatalf("C got no snapshot: %+v", eff.send)
+	}
+	ack, _ := newTestMachine(peerC).Replicate(peerA, eff.send.msg, false)
+	eff = co.ReplicaAck(peerC, ack, true, t0)
+	if len(eff.retire) != 1 || eff.retire[0] != (retirement{to: peerB, epoch: 1}) {
+		t.Fatalf("retired %+v once C acknowledged, want B alone", eff.retire)
+	}
+}

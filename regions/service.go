@@ -37,7 +37,14 @@ type Service struct {
 	wg      sync.WaitGroup
 	spawnMu sync.Mutex // orders spawn against Close
 
-	mu    sync.Mutex
+	mu sync.Mutex
+	// slots holds a slot per region this peer took a role in: one it is
+	// placed to coordinate (an acquisition), one a verified coordinator
+	// replicates to it, one handed to it. Asks alone never make one
+	// (existingSlot), and regions are bounded by the world's size, so the
+	// map is too. A slot is never dropped: goroutines off the loop hold
+	// it between their steps on the loop, and a region's second slot
+	// would be a second machine for it.
 	slots map[Coord]*slot
 
 	// topicMu guards topics. It is held across gossipsub calls (joining a
