@@ -36,7 +36,10 @@
 // acknowledged them are the players answered and the changes published on
 // the region's event topic (EventTopic), from which members (Subscribe)
 // keep a cache of the region. Committed request IDs are remembered and
-// replicated, so a retried request is applied once. The machines step on
+// replicated, so a retried request is applied once; its object is
+// recorded again unchanged (one entry, replicated and published), since a
+// write retried after a failure may never have reached the caches. The
+// machines step on
 // one loop per Service (loop.go): inbound requests, replications,
 // hand-offs and retirements hand it their steps, the replicas'
 // acknowledgements and the answers to an acquisition's asks are fed to

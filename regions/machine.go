@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -104,7 +105,10 @@ type machine struct {
 	// retires the replaced one; replicas changed before acknowledging
 	// anything hold nothing to keep, and drop what they got at their
 	// next copy check.
-	replaced      peer.ID
+	replaced peer.ID
+	// unrecorded are objects to record again in the next batch under the
+	// lease (recommit); one per object, bounded by the region's objects.
+	unrecorded    []unrecorded
 	inflight      []answer
 	inflightEnts  []*pb.Entry
 	inflightLease uint64
@@ -309,7 +313,7 @@ func (m *machine) clear() {
 	m.replicaSynced, m.replicaHeld, m.outstanding = false, false, false
 	m.copyProof, m.copyAssign, m.alone, m.hasWantReplica, m.wantReplica, m.strikes = nil, nil, false, false, "", 0
 	m.verifiedLease, m.comparing, m.copySeal = 0, false, nil
-	m.oldReplicas, m.replaced = nil, ""
+	m.oldReplicas, m.replaced, m.unrecorded = nil, "", nil
 	m.objects = map[string]*pb.Object{}
 	m.done = newDoneLog(maxDone)
 	m.inflight, m.inflightEnts = nil, nil
@@ -493,12 +497,18 @@ func (m *machine) pump(now time.Time) (eff effects) {
 		// Compared even with nothing queued: until then the copy is not
 		// claimed as the lease's, and a closer peer would not take the
 		// region over from this lease holder.
-		if m.uncompared(&eff) || len(m.queue) == 0 {
+		if m.uncompared(&eff) || (len(m.queue) == 0 && !m.mayRecord()) {
 			return eff
 		}
 		m.formBatch(now)
 	}
 	return eff
+}
+
+// mayRecord reports whether objects wait to be recorded again
+// (unrecorded) and the lease to do it under is here.
+func (m *machine) mayRecord() bool {
+	return len(m.unrecorded) > 0 && m.leaseOK && (m.proofs == nil || m.leaseID == m.verifiedLease)
 }
 
 // formBatch evaluates the head of the queue in order.
@@ -512,6 +522,9 @@ func (m *machine) formBatch(now time.Time) {
 		allowed = false // the lease changed since pump checked: retried later
 	}
 	m.inflightLease = leaseID
+	if allowed {
+		m.recordUnrecorded(leaseID)
+	}
 	for _, p := range batch {
 		if p.gone(nowMs) {
 			// Nobody listens for the answer: a lock or write woken from
@@ -546,7 +559,7 @@ func (m *machine) evaluate(p *pending, now time.Time, leaseID uint64, allowed bo
 		return &pb.Reply{Status: d.Status, Epoch: m.epoch, Object: &pb.Object{
 			Id: req.ObjectId, Version: d.Version, LockExpiresMs: d.LockExpiresMs,
 			LockHolder: lockHolderFor(d, p.from),
-		}}, nil
+		}}, m.recommit(req.ObjectId, d, leaseID, allowed)
 	}
 	if req.Op == pb.Op_OP_GET {
 		r := &pb.Reply{Status: pb.Status_STATUS_OK, Objects: m.sortedObjects(), Epoch: m.epoch}
@@ -611,6 +624,62 @@ func (m *machine) evaluate(p *pending, now time.Time, leaseID uint64, allowed bo
 	entry := &pb.Entry{Seq: m.seq, Object: next, Done: done, LeaseId: leaseID}
 	m.apply(entry)
 	return &pb.Reply{Status: pb.Status_STATUS_OK, Object: proto.Clone(next).(*pb.Object), Epoch: m.epoch}, entry
+}
+
+// recommit records object id again, unchanged, for a retry of d, a
+// committed request that changed it. The write may never have reached
+// the members' caches: its batch was handed over unacknowledged
+// (handOverUnacknowledged), its lease ended before the replica's
+// acknowledgement (commit), or its coordinator crashed once the replica
+// held it. A rebuild from the caches after a double failure would then
+// lose a write its writer was told is done. The writer retries exactly in
+// those cases; the entry replicates and is published as any other, so the
+// answer to the retry comes once the object is on two copies and on its
+// way to the members. Without the lease (a peer a region was just
+// handed to answers from the copy before the lease moves) the retry is
+// answered at once and the object recorded in the first batch under the
+// lease (unrecorded).
+func (m *machine) recommit(id string, d *pb.Done, leaseID uint64, allowed bool) *pb.Entry {
+	if m.objects[id] == nil || d.Status != pb.Status_STATUS_OK {
+		return nil
+	}
+	if !allowed {
+		seen := slices.ContainsFunc(m.unrecorded, func(u unrecorded) bool { return u.id == id })
+		if !seen && len(m.unrecorded) < MaxObjectsInRegion {
+			m.unrecorded = append(m.unrecorded, unrecorded{id: id, done: d})
+		}
+		return nil
+	}
+	return m.record(id, d, leaseID)
+}
+
+// record appends an entry of object id as it stands, for request d.
+func (m *machine) record(id string, d *pb.Done, leaseID uint64) *pb.Entry {
+	m.seq++
+	e := &pb.Entry{Seq: m.seq, Object: proto.Clone(m.objects[id]).(*pb.Object), Done: proto.Clone(d).(*pb.Done), LeaseId: leaseID}
+	m.apply(e)
+	return e
+}
+
+// recordUnrecorded starts the batch with the objects retries found
+// committed while this peer had no lease (recommit), at most maxBatch of
+// them (the rest go in the next batches): a batch's requests add at most
+// as many, under the wire's bound on entries per message.
+func (m *machine) recordUnrecorded(leaseID uint64) {
+	n := min(len(m.unrecorded), maxBatch)
+	for _, u := range m.unrecorded[:n] {
+		if m.objects[u.id] != nil {
+			m.inflightEnts = append(m.inflightEnts, m.record(u.id, u.done, leaseID))
+		}
+	}
+	m.unrecorded = append([]unrecorded(nil), m.unrecorded[n:]...)
+}
+
+// unrecorded is an object a retry of done found committed while this
+// peer had no lease to record it again under (recommit).
+type unrecorded struct {
+	id   string
+	done *pb.Done
 }
 
 func lockHolderFor(d *pb.Done, from peer.ID) []byte {
@@ -945,7 +1014,7 @@ func (m *machine) Install(s *pb.Snapshot, replica peer.ID, synced bool, grant []
 	// A replica that came with the region may hold a copy of it.
 	m.replicaHeld = replica != ""
 	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
-	m.verifiedLease, m.oldReplicas, m.replaced = 0, nil, ""
+	m.verifiedLease, m.oldReplicas, m.replaced, m.unrecorded = 0, nil, "", nil
 	eff := m.pump(now)
 	if replica == "" {
 		eff.needReplica = true
@@ -1028,7 +1097,7 @@ func (m *machine) giveAway() (eff effects) {
 	m.queue = nil
 	m.role, m.coordinator = pb.Role_ROLE_REPLICA, to
 	m.replica, m.replicaSynced, m.replicaHeld, m.outstanding = "", false, false, false
-	m.hasWantReplica, m.wantReplica, m.strikes = false, "", 0
+	m.hasWantReplica, m.wantReplica, m.strikes, m.unrecorded = false, "", 0, nil
 	m.verifiedLease, m.comparing = 0, false
 	// The copy keeps the grant it was committed under until the new
 	// coordinator replicates under its own: it is what proves the copy to

@@ -9,6 +9,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/overworld-p2p/overworld/regions/regionpb"
 )
@@ -165,8 +166,13 @@ func TestRetryIsAppliedOnce(t *testing.T) {
 	if got := r.got["retry"]; got.Status != pb.Status_STATUS_OK || got.Object.Version != 1 {
 		t.Fatalf("retry answered %v, want the first answer", got)
 	}
-	if co.seq != 1 || re.seq != 1 {
-		t.Fatalf("seq %d/%d after a retry, want 1", co.seq, re.seq)
+	// Applied once: the object is at version 1 on both copies; the retry
+	// records it again unchanged (recommit), one entry more.
+	if co.objects["food"].Version != 1 || re.objects["food"].Version != 1 || string(re.objects["food"].Value) != "1" {
+		t.Fatalf("after a retry: coordinator %v, replica %v, want version 1", co.objects["food"], re.objects["food"])
+	}
+	if co.seq != 2 || re.seq != 2 {
+		t.Fatalf("seq %d/%d after a retry, want 2 (the write and its record)", co.seq, re.seq)
 	}
 	// The replica remembers it too: after a take-over the retry is still
 	// recognised.
@@ -628,5 +634,40 @@ func TestReplicaChangesKeepOneHeldCopy(t *testing.T) {
 	eff = co.ReplicaAck(peerC, ack, true, t0)
 	if len(eff.retire) != 1 || eff.retire[0] != (retirement{to: peerB, epoch: 1}) {
 		t.Fatalf("retired %+v once C acknowledged, want B alone", eff.retire)
+	}
+}
+
+// TestRetryWithoutLeaseIsRecordedUnderTheNext: a retry of a committed
+// write that finds no lease (a peer handed the region answers from the
+// copy before the lease moves) is answered at once, and the object goes
+// in the first batch once the lease is here, unchanged, to the replica
+// and the members.
+func TestRetryWithoutLeaseIsRecordedUnderTheNext(t *testing.T) {
+	w := waiters{}
+	co, re := pair(t)
+	var r replies
+	w.answer(deliver(t, co, re, w.submit(co, &pending{from: alice, req: rw(1, "food", 0, "1")}, r.to("a"), t0)))
+	if got := r.got["a"]; got == nil || got.Status != pb.Status_STATUS_OK {
+		t.Fatalf("write answered %v", got)
+	}
+	before, seq := proto.Clone(co.objects["food"]).(*pb.Object), co.seq
+
+	co.SetLease(0, false)
+	eff := w.submit(co, &pending{from: alice, req: rw(1, "food", 0, "1")}, r.to("retry"), t0)
+	w.answer(eff)
+	if got := r.got["retry"]; got == nil || got.Status != pb.Status_STATUS_OK || got.Object.Version != before.Version {
+		t.Fatalf("retry without the lease answered %v", got)
+	}
+	if eff.send != nil || co.seq != seq {
+		t.Fatalf("recorded without the lease: %+v, seq %d -> %d", eff.send, seq, co.seq)
+	}
+
+	co.SetLease(AllowAll.Allowed(co.region))
+	all := deliver(t, co, re, co.Kick(t0))
+	if all.publish == nil || len(all.publish.Entries) != 1 || !proto.Equal(all.publish.Entries[0].Object, before) {
+		t.Fatalf("the object was not recorded under the lease: %+v", all.publish)
+	}
+	if co.seq != seq+1 || re.seq != seq+1 || !proto.Equal(re.objects["food"], before) || len(co.unrecorded) != 0 {
+		t.Fatalf("after the record: coordinator seq %d, replica seq %d %v, %d left", co.seq, re.seq, re.objects["food"], len(co.unrecorded))
 	}
 }
