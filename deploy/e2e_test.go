@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -616,16 +615,6 @@ func waitFor(t *testing.T, p *process, d time.Duration, what string, cond func()
 		t.Fatalf("%s exited while waiting for %s:\n%s", p.name, what, p.tail())
 	}
 	t.Logf("%s: %s", p.name, what)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // httpGet fetches url with a short timeout: its status (0 when it could
