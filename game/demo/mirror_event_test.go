@@ -47,14 +47,14 @@ func TestEventMirrorDemoKill(t *testing.T) {
 		m := v.Status.Mirror
 		return pageMirror(d, m) > 0 && m.Protocol == "event" && m.Decided > 0
 	})
-	killed := pageMirror(d, v.Status.Mirror)
-	t.Logf("mirror %d's status: %+v", killed+1, *v.Status.Mirror)
+	t.Logf("mirror %d's status: %+v", pageMirror(d, v.Status.Mirror)+1, *v.Status.Mirror)
 	// The page's player stands still: once the last state has passed the
 	// tick it was read at, every mirror has it there.
 	before := v.Self
-	poll(10*time.Second, "the player's state confirmed", func(w webui.View) bool {
-		return w.Status.Mirror.URL == v.Status.Mirror.URL && w.Status.Mirror.ConfirmedTick > v.Status.Mirror.LeadingTick
+	w := poll(10*time.Second, "the player's state confirmed", func(w webui.View) bool {
+		return pageMirror(d, w.Status.Mirror) > 0 && w.Status.Mirror.ConfirmedTick > v.Status.Mirror.LeadingTick
 	})
+	killed := pageMirror(d, w.Status.Mirror)
 	d.Kill(killed)
 	after := poll(60*time.Second, "the page on another mirror", func(v webui.View) bool {
 		return pageMirror(d, v.Status.Mirror) != killed && v.Status.Mirror.Protocol == "event" && v.Self.ID == before.ID
@@ -63,7 +63,7 @@ func TestEventMirrorDemoKill(t *testing.T) {
 	margin := int32(game.TileUnits / 4)
 	abs := func(v int32) int32 { return max(v, -v) }
 	if after.Self.Score != before.Score || after.Self.Skill != before.Skill || abs(after.Self.X-before.X) > margin || abs(after.Self.Y-before.Y) > margin {
-		t.Fatalf("on the new mirror the player is %+v, it was %+v on mirror 2", after.Self, before)
+		t.Fatalf("on the new mirror the player is %+v, it was %+v on mirror %d", after.Self, before, killed+1)
 	}
 }
 
