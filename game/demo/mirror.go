@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -262,7 +263,7 @@ func (md *MirrorDemo) startBot(ctx context.Context, i int, w *game.World, middle
 	if err != nil {
 		return nil, err
 	}
-	c, err := mirror.Dial(ctx, md.MirrorURLs[i%MirrorMirrors], key, tok)
+	c, err := md.dialReady(ctx, i%MirrorMirrors, key, tok)
 	if err != nil {
 		return nil, fmt.Errorf("demo: bot %s: %w", BotName(i), err)
 	}
@@ -279,6 +280,40 @@ func (md *MirrorDemo) startBot(ctx context.Context, i int, w *game.World, middle
 		c.Close()
 	}()
 	return c, nil
+}
+
+// toAnotherMirror are the codes of a mirror's refusal that send a client to
+// another mirror (node/mirror's session.go and server.go): not ready
+// (joining, resyncing or its clock is off) and dropped from the group
+// (closing its sessions to join again).
+var toAnotherMirror = []string{"not_ready", "mirror_dropped"}
+
+// dialReady logs a client in at mirror first (0-based) or, while a
+// mirror turns it away to another, at the next one, round after round
+// until ctx ends. Every mirror is ready when the demo starts its bots, but
+// a loaded machine can keep one silent long enough for the authority to
+// drop it from the group: it then closes its sessions (a login under way
+// among them) and is not ready until it has joined again and fetched the
+// state, and a bot must not fail the demo meanwhile.
+func (md *MirrorDemo) dialReady(ctx context.Context, first int, key crypto.PrivKey, tok string) (*mirror.Client, error) {
+	backoff := 100 * time.Millisecond
+	for try := 0; ; try++ {
+		c, err := mirror.Dial(ctx, md.MirrorURLs[(first+try)%len(md.MirrorURLs)], key, tok)
+		var me *mirror.MirrorError
+		if err == nil || !errors.As(err, &me) || !slices.Contains(toAnotherMirror, me.Code) {
+			return c, err
+		}
+		md.d.log.Info("mirror turned the login away; trying the next", "err", err)
+		if (try+1)%len(md.MirrorURLs) != 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 // Kill stops mirror i (0-based) as a crash would: its players stay in the
