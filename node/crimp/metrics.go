@@ -39,6 +39,7 @@ type Metrics struct {
 	BadPackets          atomic.Uint64 // undecodable or invalid packets
 	MembersJoined       atomic.Uint64 // members admitted (authority) or learned
 	MembersDropped      atomic.Uint64 // members dropped (declared by the authority)
+	Pauses              atomic.Uint64 // gaps between steps long enough to be this node's own pause, not counted as the members' silence
 	Withheld            atomic.Uint64 // duty mode: joins the holder left unanswered for want of a lease
 	HandOvers           atomic.Uint64 // duty mode: hand-overs this member sent
 	Takeovers           atomic.Uint64 // duty mode: takeovers this member won
@@ -207,6 +208,7 @@ func (m *Metrics) counters() []namedCounter {
 		{"bad_packets", "Undecodable or invalid packets received.", &m.BadPackets},
 		{"members_joined", "Members admitted or learned.", &m.MembersJoined},
 		{"members_dropped", "Members dropped.", &m.MembersDropped},
+		{"pauses", "Gaps between steps taken as this node's own pause (not counted as the members' silence).", &m.Pauses},
 		{"joins_withheld", "Joins the duty holder left unanswered for want of a lease.", &m.Withheld},
 		{"handovers", "Hand-overs of the authority duty sent.", &m.HandOvers},
 		{"takeovers", "Takeovers of the authority duty won.", &m.Takeovers},

@@ -492,8 +492,14 @@ func (n *Node) advance(now time.Time) {
 	if !n.inited {
 		n.inited = true
 		n.epoch, n.now, n.nextSess = now, now, now
+		// Members known from the start (Config.Peers) were added before
+		// the node had a time: their silence counts from now.
+		for _, s := range n.sources {
+			s.lastHeard = now
+		}
 	}
 	if now.After(n.now) {
+		n.ownPause(now.Sub(n.now))
 		n.now = now
 	}
 	target := int64(n.now.Sub(n.epoch) / n.cfg.TickInterval)
@@ -517,6 +523,33 @@ func (n *Node) advance(now time.Time) {
 		n.sendJoin()
 	}
 	n.dutyTimers()
+}
+
+// pauseIntervals is how many intervals a node goes without being stepped before the gap
+// counts as its own pause (a stalled process, a starved machine) rather
+// than time it was watching: its driver steps it at least once an
+// interval (Ready.NextTick) while it runs.
+const pauseIntervals = 4
+
+// ownPause takes a gap of gap since the node was last stepped. A gap
+// longer than pauseIntervals intervals is the node's own pause: the
+// members it did not hear from meanwhile may well have sent (their
+// packets wait in the socket, read right after the tick that ends the
+// pause), so the pause does not count toward their silence. Otherwise
+// an authority stalled longer than DropAfter would drop every member on
+// its first tick after the stall, before reading a packet. A member that
+// really went silent is dropped DropAfter of the authority's running
+// time later. Leases are not stretched: their expiry keeps two
+// authorities apart, and a paused holder must count its lease as gone.
+func (n *Node) ownPause(gap time.Duration) {
+	if gap <= pauseIntervals*n.cfg.TickInterval {
+		return
+	}
+	paused := gap - n.cfg.TickInterval
+	for _, s := range n.sources {
+		s.lastHeard = s.lastHeard.Add(paused)
+	}
+	n.metrics.Pauses.Add(1)
 }
 
 // expire empties the interval that has just fallen out of the history:
