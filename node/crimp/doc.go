@@ -45,7 +45,10 @@
 // Silence is measured by arrivals, so a path whose delay grows at once by
 // more than DropAfter minus the member's gap between packets (550 ms for an
 // idle member with the defaults) looks like a dead member: it is dropped
-// and joins again. FetchState and ServeState carry the game state over TCP.
+// and joins again. Silence is the authority's running time: a gap of more
+// than four intervals between its own steps (a stalled process) is its
+// pause, not the members' silence. FetchState and ServeState carry the
+// game state over TCP.
 //
 // # Trust
 //
