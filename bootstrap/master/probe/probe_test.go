@@ -95,9 +95,15 @@ func TestWireBounds(t *testing.T) {
 	}
 }
 
+// aliveOptions is for measuring responders that all answer: Measure
+// returns once every ping has its pong, so the silence only bounds a hang
+// (the default 1 s would count a pong of a responder starved that long on
+// a loaded machine as missing).
+var aliveOptions = Options{Silence: time.Minute}
+
 func TestMeasureTimesEveryPing(t *testing.T) {
 	_, addr := serveResponder(t, ResponderConfig{GameID: "g1", MirrorID: 7, Load: func() uint32 { return 250 }})
-	ms, err := Measure(context.Background(), []Target{{Addr: addr, GameID: "g1", MirrorID: 7}}, Options{})
+	ms, err := Measure(context.Background(), []Target{{Addr: addr, GameID: "g1", MirrorID: 7}}, aliveOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +160,7 @@ func TestMeasureSkipsSilentAndWrongMirrors(t *testing.T) {
 	if err := resp.SetIdentity("g1", 2); err != nil {
 		t.Fatal(err)
 	}
-	ms, err = Measure(context.Background(), []Target{{Addr: addr, GameID: "g1", MirrorID: 2}}, Options{})
+	ms, err = Measure(context.Background(), []Target{{Addr: addr, GameID: "g1", MirrorID: 2}}, aliveOptions)
 	if err != nil || len(ms[0].RTTs) != 5 {
 		t.Fatalf("after SetIdentity: %+v %v", ms, err)
 	}
@@ -181,7 +187,7 @@ func TestRelayAddsItsDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer relay.Close()
-	ms, err := Measure(context.Background(), []Target{{Addr: addrPort(t, relay.Addr()), GameID: "g", MirrorID: 1}}, Options{})
+	ms, err := Measure(context.Background(), []Target{{Addr: addrPort(t, relay.Addr()), GameID: "g", MirrorID: 1}}, aliveOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
