@@ -121,6 +121,10 @@ func startWallGroup(t testing.TB, n int, acct accountServer) *wallGroup {
 			Delays:     []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond},
 			AccountKey: acct.pub, Characters: &AccountServer{URL: acct.url, Key: acct.pub, Game: g.game},
 			Logger: testLogger().With("mirror", i+1), DataDir: t.TempDir(),
+			// The tests look at the save a leave makes: no periodic one
+			// (every 30 s by default) may come between, however slow the
+			// machine.
+			SaveEvery: time.Hour,
 		})
 		if err != nil {
 			t.Fatal(err)
