@@ -127,7 +127,11 @@ func TestOverlayOfTwelvePeers(t *testing.T) {
 		}
 	}
 	t.Logf("publisher sees every subscriber after %s", time.Since(began))
-	if err := topics[0].Publish(ctx, []byte("hello, world")); err != nil {
+	// A bound of its own: the lookups' ctx may be all but spent by now,
+	// after a long wait for the subscribers on a loaded machine.
+	pubCtx, cancelPub := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancelPub()
+	if err := topics[0].Publish(pubCtx, []byte("hello, world")); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -136,7 +140,7 @@ func TestOverlayOfTwelvePeers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			msg, err := s.Next(ctx)
+			msg, err := s.Next(pubCtx)
 			if err != nil {
 				errs <- fmt.Errorf("subscriber %d: %w", i, err)
 				return

@@ -128,23 +128,23 @@ func TestPartitionLeaseHandOver(t *testing.T) {
 				holders.Go(func() { a.Run(ctx) })
 				select {
 				case <-aHolds:
-				case <-time.After(10 * time.Second):
-					t.Fatal("timed out after 10s waiting for A to hold the lease")
+				case <-time.After(30 * time.Second):
+					t.Fatal("timed out after 30s waiting for A to hold the lease")
 				}
 				holders.Go(func() { b.Run(ctx) })
 				commit(a, peerA, &commitsA)
 				commit(b, peerB, &commitsB)
-				await.Until(t, 10*time.Second, "A to commit", func() bool { return commitsA.Load() >= 20 })
+				await.Until(t, 30*time.Second, "A to commit", func() bool { return commitsA.Load() >= 20 })
 
 				linkA.mode.Store(mode.mode)
-				await.Until(t, 20*time.Second, "A to stop and B to take over", func() bool {
+				await.Until(t, 30*time.Second, "A to stop and B to take over", func() bool {
 					return !a.Status().Held && commitsB.Load() >= 20
 				})
 				stoppedA := commitsA.Load()
 
 				linkA.mode.Store(linkUp)
 				seenB := commitsB.Load()
-				await.Until(t, 10*time.Second, "B to keep committing after the heal", func() bool { return commitsB.Load() >= seenB+20 })
+				await.Until(t, 30*time.Second, "B to keep committing after the heal", func() bool { return commitsB.Load() >= seenB+20 })
 				stopCommits()
 				committers.Wait()
 				cancel()

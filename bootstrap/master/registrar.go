@@ -238,7 +238,10 @@ func (r *Registrar) Run(ctx context.Context) error {
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	for {
+	// The context is checked before every send, not only while waiting: a
+	// send cut short by the context's end records nothing, so the next
+	// one is still due at once and the loop would never wait again.
+	for ctx.Err() == nil {
 		r.mu.Lock()
 		now := r.cfg.Now()
 		due := r.ka.due()
@@ -250,12 +253,12 @@ func (r *Registrar) Run(ctx context.Context) error {
 		timer.Reset(due.Sub(now))
 		select {
 		case <-ctx.Done():
-			r.deregister()
-			return nil
 		case <-r.wake:
 		case <-timer.C:
 		}
 	}
+	r.deregister()
+	return nil
 }
 
 // send registers the current info once.

@@ -274,7 +274,7 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 			if e.Kind != EventJoined {
 				return fail(fmt.Errorf("join: %s %s", e.Kind, e.Reason))
 			}
-		case <-time.After(20 * time.Second):
+		case <-time.After(30 * time.Second):
 			return fail(fmt.Errorf("join: no answer from the authority"))
 		}
 	}
@@ -285,7 +285,7 @@ func runNetnsMember(spec netnsMemberSpec) (res netnsResult) {
 	}
 	// A member is also learned from its first packet, which no event
 	// announces: the membership is checked, not awaited.
-	if err := await.UntilErr(20*time.Second, "the other two members", knowsAll); err != nil {
+	if err := await.UntilErr(30*time.Second, "the other two members", knowsAll); err != nil {
 		return fail(err)
 	}
 	m.Inspect(func(nd *Node) { res.ID = nd.ID() })

@@ -130,7 +130,7 @@ func TestLANNetns(t *testing.T) {
 		return first.Holder != 0
 	}
 	start(0)
-	poll(10*time.Second, "the founder's game", func() bool { return procs[0].status().Holder != 0 })
+	poll(30*time.Second, "the founder's game", func() bool { return procs[0].status().Holder != 0 })
 	for i := 1; i < len(memberNS); i++ {
 		start(i)
 	}
@@ -165,8 +165,8 @@ func TestLANNetns(t *testing.T) {
 	next := uint64(1)
 	for range 4 {
 		next = claimRound(next)
-		poll(20*time.Second, "the claims answered", answered)
-		poll(20*time.Second, "the duty settled", settled)
+		poll(30*time.Second, "the claims answered", answered)
+		poll(30*time.Second, "the duty settled", settled)
 	}
 	before := live()[0].status()
 	if before.Epoch < 2 {
@@ -191,11 +191,11 @@ func TestLANNetns(t *testing.T) {
 		return settled() && live()[0].status().Holder != victimID
 	})
 	tookOver := time.Since(killed)
-	poll(20*time.Second, "the claims in flight answered", answered)
+	poll(30*time.Second, "the claims in flight answered", answered)
 	t.Logf("duty taken over and settled %v after the kill; claims in flight answered %v after it", tookOver.Round(10*time.Millisecond), time.Since(killed).Round(10*time.Millisecond))
 	for range 2 {
 		next = claimRound(next)
-		poll(20*time.Second, "claims after the kill answered", answered)
+		poll(30*time.Second, "claims after the kill answered", answered)
 	}
 	// No resource granted to two players.
 	grantee := map[uint64]uint32{}
@@ -272,7 +272,7 @@ func (p *lanProc) status() lanStatus {
 			return lanStatus{Err: "player process ended: " + p.errs.String()}
 		}
 		return st
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		return lanStatus{Err: "no STATUS answer"}
 	}
 }
@@ -347,7 +347,7 @@ func runLANMember(spec lanSpec) error {
 		cfg.CRIMP.ID, cfg.CRIMP.Founder = 1, true
 	} else {
 		// Found without a master: the game's holder announces it.
-		timeout := time.After(10 * time.Second)
+		timeout := time.After(30 * time.Second)
 		for {
 			games, _ := listener.Games(time.Now())
 			if len(games) > 0 {

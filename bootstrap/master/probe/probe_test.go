@@ -95,9 +95,15 @@ func TestWireBounds(t *testing.T) {
 	}
 }
 
+// aliveOptions is for measuring responders that all answer: Measure
+// returns once every ping has its pong, so the silence only bounds a hang
+// (the default 1 s would count a pong of a responder starved that long on
+// a loaded machine as missing).
+var aliveOptions = Options{Silence: time.Minute}
+
 func TestMeasureTimesEveryPing(t *testing.T) {
 	_, addr := serveResponder(t, ResponderConfig{GameID: "g1", MirrorID: 7, Load: func() uint32 { return 250 }})
-	ms, err := Measure(context.Background(), []Target{{Addr: addr, GameID: "g1", MirrorID: 7}}, Options{})
+	ms, err := Measure(context.Background(), []Target{{Addr: addr, GameID: "g1", MirrorID: 7}}, aliveOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +135,11 @@ func TestMeasureSkipsSilentAndWrongMirrors(t *testing.T) {
 		{Addr: addr, GameID: "g1", MirrorID: 1},
 		{Addr: other, GameID: "g1", MirrorID: 3}, // answers for another game
 	}
+	// The live responders must answer within the silence: 3 s rides out a
+	// machine stalled for a second or two (1 s left no room for that).
+	const silence = 3 * time.Second
 	start := time.Now()
-	ms, err := Measure(context.Background(), targets, Options{Silence: time.Second})
+	ms, err := Measure(context.Background(), targets, Options{Silence: silence})
 	took := time.Since(start)
 	if err != nil {
 		t.Fatal(err)
@@ -145,16 +154,16 @@ func TestMeasureSkipsSilentAndWrongMirrors(t *testing.T) {
 		t.Fatalf("mirror of another game: %+v, want 5 wrong pongs and no RTT", ms[2])
 	}
 	// One Silence for the whole call, not one per ping or per mirror.
-	if took >= 2*time.Second {
-		t.Fatalf("a dead mirror cost %v with a silence of 1s", took)
+	if took >= 2*silence {
+		t.Fatalf("a dead mirror cost %v with a silence of %v", took, silence)
 	}
-	t.Logf("with a dead mirror Measure took %v (silence 1s)", took)
+	t.Logf("with a dead mirror Measure took %v (silence %v)", took, silence)
 
 	// The responder learns its real identity: now it times.
 	if err := resp.SetIdentity("g1", 2); err != nil {
 		t.Fatal(err)
 	}
-	ms, err = Measure(context.Background(), []Target{{Addr: addr, GameID: "g1", MirrorID: 2}}, Options{})
+	ms, err = Measure(context.Background(), []Target{{Addr: addr, GameID: "g1", MirrorID: 2}}, aliveOptions)
 	if err != nil || len(ms[0].RTTs) != 5 {
 		t.Fatalf("after SetIdentity: %+v %v", ms, err)
 	}
@@ -181,7 +190,7 @@ func TestRelayAddsItsDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer relay.Close()
-	ms, err := Measure(context.Background(), []Target{{Addr: addrPort(t, relay.Addr()), GameID: "g", MirrorID: 1}}, Options{})
+	ms, err := Measure(context.Background(), []Target{{Addr: addrPort(t, relay.Addr()), GameID: "g", MirrorID: 1}}, aliveOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
