@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
@@ -282,12 +281,6 @@ func (md *MirrorDemo) startBot(ctx context.Context, i int, w *game.World, middle
 	return c, nil
 }
 
-// toAnotherMirror are the codes of a mirror's refusal that send a client to
-// another mirror (node/mirror's session.go and server.go): not ready
-// (joining, resyncing or its clock is off) and dropped from the group
-// (closing its sessions to join again).
-var toAnotherMirror = []string{"not_ready", "mirror_dropped"}
-
 // dialReady logs a client in at mirror first (0-based) or, while a
 // mirror turns it away to another, at the next one, round after round
 // until ctx ends. Every mirror is ready when the demo starts its bots, but
@@ -300,7 +293,7 @@ func (md *MirrorDemo) dialReady(ctx context.Context, first int, key crypto.PrivK
 	for try := 0; ; try++ {
 		c, err := mirror.Dial(ctx, md.MirrorURLs[(first+try)%len(md.MirrorURLs)], key, tok)
 		var me *mirror.MirrorError
-		if err == nil || !errors.As(err, &me) || !slices.Contains(toAnotherMirror, me.Code) {
+		if err == nil || !errors.As(err, &me) || !me.ElsewhereNow() {
 			return c, err
 		}
 		md.d.log.Info("mirror turned the login away; trying the next", "err", err)

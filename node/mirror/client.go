@@ -124,6 +124,15 @@ func (e *MirrorError) Error() string {
 
 func (e *MirrorError) Unwrap() error { return ErrClosedByMirror }
 
+// ElsewhereNow reports whether the mirror turned the client away for
+// reasons of its own, so that another mirror of the group may take it at
+// once: it is not ready (joining, resyncing, its clock off or its state
+// lost), or it was dropped from the group and closes its sessions to join
+// again.
+func (e *MirrorError) ElsewhereNow() bool {
+	return e.Code == refusedNotReady || e.Code == closedMirrorDropped
+}
+
 // NewClientCore starts a client that logs in with tok, proving it holds
 // key (the libp2p key the token was issued to).
 func NewClientCore(key crypto.PrivKey, tok string) *ClientCore {

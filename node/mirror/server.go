@@ -767,7 +767,7 @@ func (s *Server) onEvent(e crimp.Event) {
 		case crimp.EventDropped:
 			s.log.Error("the authority dropped this mirror; closing sessions and joining again")
 			for _, sess := range s.sessionList() {
-				s.closeSession(sess, "mirror_dropped", "this mirror left the group; reconnect to another", false)
+				s.closeSession(sess, closedMirrorDropped, "this mirror left the group; reconnect to another", false)
 			}
 			s.sync, s.joined, s.id, s.buffered, s.captures = nil, false, 0, nil, nil
 			s.skew.self.Store(0)

@@ -383,6 +383,10 @@ func (s *Server) reauth(sess *session, tok string, now time.Time) {
 	sess.tok, sess.expiry = tok, claims.Expiry
 }
 
+// closedMirrorDropped is the code of the sessions a mirror dropped from
+// the group closes: it joins again, and its clients go to another mirror.
+const closedMirrorDropped = "mirror_dropped"
+
 // closeSession ends a session. With leave, a playing session's player
 // leaves the world and is saved from the last state once that state has
 // executed everything up to the leave.
