@@ -123,13 +123,7 @@ func StartRegionServices(ctx context.Context, n *node.Node, cfg RegionServicesCo
 	pcfg.MinRelocationInterval = time.Duration(cfg.Game.RespawnTicks) * time.Second / time.Duration(cfg.Game.TickRate) / 2
 	// Positions are aggregated and rendezvous held by the peer that
 	// coordinates the region's objects, as this peer's region service sees it.
-	popts := []position.Option{position.WithCoordinators(func(c regions.Coord) peer.ID {
-		coord, _ := rs.Regions.Coordinator(c)
-		return coord
-	}), position.WithLookup(func(ctx context.Context, c regions.Coord) error {
-		_, _, err := rs.Regions.Locate(ctx, c)
-		return err
-	})}
+	popts := []position.Option{position.WithRegionPlacement(rs.Regions)}
 	if rs.Admission != nil {
 		popts = append(popts, position.WithAdmission(positionAdmission(rs.Admission)))
 	}

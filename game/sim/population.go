@@ -309,13 +309,7 @@ func (r *run) newPlayer(ctx context.Context, idx int, start regions.Coord) (*pla
 	if r.cfg.DHTPlacement {
 		// As play does: positions are aggregated by the peer that
 		// coordinates the region's objects in this peer's view.
-		popts = append(popts, position.WithCoordinators(func(c regions.Coord) peer.ID {
-			coord, _ := p.rsvc.Coordinator(c)
-			return coord
-		}), position.WithLookup(func(ctx context.Context, c regions.Coord) error {
-			_, _, err := p.rsvc.Locate(ctx, c)
-			return err
-		}))
+		popts = append(popts, position.WithRegionPlacement(p.rsvc))
 	} else {
 		popts = append(popts, position.WithCandidates(func(context.Context, string) ([]peer.ID, error) {
 			return r.directory(), nil

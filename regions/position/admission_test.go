@@ -74,12 +74,7 @@ func TestAdmission(t *testing.T) {
 					svc.Move(centre(cfg, region), position.Vec{})
 				}
 				connectAll(t, mn, peers)
-				runCtx, stop := context.WithCancel(ctx)
-				var wg sync.WaitGroup
-				for _, p := range peers {
-					wg.Go(func() { _ = p.svc.Run(runCtx) })
-				}
-				t.Cleanup(func() { stop(); wg.Wait() })
+				runAll(t, ctx, peers)
 
 				a, b := peers[honest], peers[1]
 				sees := func(p *testPeer, id peer.ID) bool {

@@ -3,7 +3,6 @@ package position_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,12 +76,7 @@ func newAttackScene(t *testing.T, honest int, opts ...func(first peer.ID) positi
 			t.Fatal(err)
 		}
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, p := range sc.honest {
-		wg.Go(func() { _ = p.svc.Run(runCtx) })
-	}
-	t.Cleanup(func() { stop(); wg.Wait() })
+	runAll(t, ctx, sc.honest)
 	for _, c := range cfg.Grid().Neighbourhood(sc.mid, 1) {
 		topic, err := attacker.PubSub().Join(position.Topic(cfg.World, c))
 		if err != nil {

@@ -2,7 +2,6 @@ package position_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,12 +46,7 @@ func TestWithCoordinators(t *testing.T) {
 			svc.Move(centre(cfg, region), position.Vec{})
 		}
 		connectAll(t, mn, peers)
-		runCtx, stop := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		for _, p := range peers {
-			wg.Go(func() { _ = p.svc.Run(runCtx) })
-		}
-		t.Cleanup(func() { stop(); wg.Wait() })
+		runAll(t, ctx, peers)
 
 		waitViews(t, peers, cfg.Radius, 3*time.Minute)
 		for _, p := range peers {

@@ -3,7 +3,6 @@ package position_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -121,12 +120,7 @@ func testCrossing(t *testing.T, cfg position.Config, w crossing) {
 		}
 	}
 	connectAll(t, mn, peers)
-	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, p := range peers {
-		wg.Go(func() { _ = p.svc.Run(runCtx) })
-	}
-	t.Cleanup(func() { stop(); wg.Wait() })
+	runAll(t, ctx, peers)
 	waitViews(t, peers, cfg.Radius, 3*time.Minute)
 
 	walker := peers[0]

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/overworld-p2p/overworld/regions"
 )
 
@@ -23,6 +25,35 @@ func WithLookup(f func(ctx context.Context, c regions.Coord) error) Option {
 			return errors.New("lookup function is nil")
 		}
 		s.lookup = f
+		return nil
+	}
+}
+
+// RegionPlacement is what WithRegionPlacement asks of a region service
+// (package regions' Service): the coordinator of a region as this peer
+// sees it, and a network lookup that refreshes that view.
+type RegionPlacement interface {
+	Coordinator(c regions.Coord) (coordinator, replica peer.ID)
+	Locate(ctx context.Context, c regions.Coord) (coordinator, replica peer.ID, err error)
+}
+
+// WithRegionPlacement has positions aggregated by the peer that
+// coordinates the region's objects in rp's view (WithCoordinators over
+// rp.Coordinator), refreshed by rp.Locate before a rendezvous
+// (WithLookup): what a peer that runs the region service passes.
+func WithRegionPlacement(rp RegionPlacement) Option {
+	return func(s *Service) error {
+		if rp == nil {
+			return errors.New("region placement is nil")
+		}
+		s.coordinatorOf = func(c regions.Coord) peer.ID {
+			coord, _ := rp.Coordinator(c)
+			return coord
+		}
+		s.lookup = func(ctx context.Context, c regions.Coord) error {
+			_, _, err := rp.Locate(ctx, c)
+			return err
+		}
 		return nil
 	}
 }

@@ -2,7 +2,6 @@ package position_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,12 +52,7 @@ func TestWithLookup(t *testing.T) {
 			svc.Move(centre(cfg, region), position.Vec{})
 		}
 		connectAll(t, mn, peers)
-		runCtx, stop := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		for _, p := range peers {
-			wg.Go(func() { _ = p.svc.Run(runCtx) })
-		}
-		t.Cleanup(func() { stop(); wg.Wait() })
+		runAll(t, ctx, peers)
 
 		waitViews(t, peers, cfg.Radius, 3*time.Minute)
 		for i := range peers {
@@ -72,13 +66,9 @@ func TestWithLookup(t *testing.T) {
 		for i, p := range peers {
 			before[i] = p.svc.Stats().BatchesPublished
 		}
-		deadline := time.Now().Add(time.Minute)
-		for peers[0].svc.Stats().BatchesPublished < before[0]+5 {
-			if time.Now().After(deadline) {
-				t.Fatalf("the named coordinator published %d batches, want %d", peers[0].svc.Stats().BatchesPublished, before[0]+5)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		vnettest.EventuallyWithin(t, time.Minute, "five batches more from the named coordinator", func() bool {
+			return peers[0].svc.Stats().BatchesPublished >= before[0]+5
+		})
 		for i, p := range peers[1:] {
 			if got := p.svc.Stats().BatchesPublished; got != before[i+1] {
 				t.Fatalf("peer %d, not named, published %d batches after the lookup (had %d)", i+1, got, before[i+1])

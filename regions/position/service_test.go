@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,6 +111,16 @@ func connectAll(t *testing.T, mn *vnettest.Cluster, peers []*testPeer) {
 		}
 		return full
 	})
+}
+
+// runAll runs every peer's Service until the test ends (or ctx does).
+func runAll(t *testing.T, ctx context.Context, peers []*testPeer) {
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, p := range peers {
+		wg.Go(func() { _ = p.svc.Run(runCtx) })
+	}
+	t.Cleanup(func() { stop(); wg.Wait() })
 }
 
 // expected lists who each peer should see: everyone else within the radius.
