@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -333,13 +334,23 @@ func (md *MirrorDemo) Close() error {
 	md.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var errs []error
+	md.mu.Lock()
+	alive := make([]bool, len(md.Mirrors))
+	for i := range md.Mirrors {
+		alive[i], md.killed[i] = !md.killed[i], true
+	}
+	md.mu.Unlock()
+	// Every player leaves at once; then the mirrors stop, the authority
+	// (the first) last: the others' leave saves wait for its hash to
+	// confirm what they read.
 	for i, m := range md.Mirrors {
-		md.mu.Lock()
-		dead := md.killed[i]
-		md.killed[i] = true
-		md.mu.Unlock()
-		if !dead {
+		if alive[i] {
+			m.LeaveAll()
+		}
+	}
+	var errs []error
+	for i, m := range slices.Backward(md.Mirrors) {
+		if alive[i] {
 			errs = append(errs, m.Shutdown(ctx))
 		}
 	}

@@ -67,7 +67,17 @@
 // before the move of the duty it follows for up to a history.
 // Characters are saved from the last trailing state only: every SaveEvery
 // and when a player leaves (read at the tick before the leave, so the save
-// holds everything up to it).
+// holds everything up to it). A leave's save also waits for the authority
+// to confirm that state: an input this mirror executed may have reached
+// the others after their last delay, and then never happened in the game
+// they play. Every state remembers its recent departures with the
+// character at the tick before the leave, hashed with the rest, and the
+// leaving player's mirror saves the departure from the first checkpoint
+// at or after the leave on which its hash and the authority's agree (after
+// a resync if they differ; the authority itself saves at once). Without
+// agreement within half the time departures are remembered, or when the
+// mirror leaves the group, it saves its own reading
+// (mirror_leave_saves_total counts each kind).
 //
 // Protocols (Config.Protocol): the above is the command protocol (the
 // paper's §3.3.3). Under the event protocol (§3.3.4, event.go) the ingress

@@ -199,6 +199,9 @@ func FuzzUnmarshalState(f *testing.F) {
 	st.Advance([]Command{cmdOf(2, 1, game.CommandJoin, "ann")})
 	b, _ := st.MarshalBinary()
 	f.Add(b)
+	st.Advance([]Command{cmdOf(2, 2, game.CommandLeave, "ann")}) // a departure
+	b, _ = st.MarshalBinary()
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := UnmarshalState(b, testGame())
 		if err != nil {

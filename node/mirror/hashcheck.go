@@ -98,6 +98,9 @@ func (s *Server) ownCheckpoint(cp tss.Checkpoint) {
 	}
 	switch {
 	case s.isHolder():
+		if len(s.unconfirmed) > 0 {
+			s.confirmLeaveSaves(cp.Tick) // the duty came to us: ours is the reference now
+		}
 		m := checkpointMessage(cp)
 		if s.cfg.Rotate {
 			m.GetCheckpoint().StateAddr = s.ownStateAddr
@@ -147,6 +150,9 @@ func (s *Server) compare(peer crimp.MemberID, tick uint64, own, theirs [32]byte)
 	s.cps.lastCompared = max(s.cps.lastCompared, tick)
 	if own == theirs {
 		s.m.checkpointsAgreed.Add(1)
+		if peer == s.holderID() && len(s.unconfirmed) > 0 {
+			s.confirmLeaveSaves(tick)
+		}
 		return
 	}
 	s.m.checkpointsMismatched.Add(1)

@@ -60,8 +60,10 @@ type metrics struct {
 	inputsReceived                 atomic.Uint64
 	sessionsOpened, sessionsClosed atomic.Uint64
 	saves, savesFailed             atomic.Uint64
+	leaveSavesBy                   [leaveSaveKinds]atomic.Uint64
 	savesInFlight                  atomic.Int64
 	releases                       atomic.Uint64
+	orphanLeaves                   atomic.Uint64
 	leadingRollbacks               atomic.Uint64
 	sessions                       atomic.Int64
 	leadingTick, confirmedTick     atomic.Uint64
@@ -116,7 +118,9 @@ var (
 	descInputs     = descCounter("mirror_inputs_received_total", "Input frames received from clients.")
 	descSessions   = descCounter("mirror_sessions", "Client sessions open.")
 	descSaves      = prometheus.NewDesc("mirror_character_saves_total", "Character saves to the account server, by result.", []string{"result"}, nil)
+	descLeaveSaves = prometheus.NewDesc("mirror_leave_saves_total", "Characters of leaving players read for saving, by how the state they come from was confirmed: reference (the authority's own state), agreed (its hash matched ours after the leave), unconfirmed (our own reading, unconfirmed in time).", []string{"confirmation"}, nil)
 	descReleases   = descCounter("mirror_releases_total", "Releases of a dropped mirror's players (authority).")
+	descOrphans    = descCounter("mirror_orphan_leaves_total", "Leaves sent for players the game had on this mirror without a session here (their own leave had come too late to the others).")
 	descLeadRb     = descCounter("mirror_leading_rollbacks_total", "Rollbacks of the leading state (the ones clients see).")
 	descTicks      = prometheus.NewDesc("mirror_tick", "The tick of the leading and the last (confirmed) state.", []string{"state"}, nil)
 	descSkew       = prometheus.NewDesc("mirror_clock_skew_seconds", "Another mirror's clock minus ours, from CRIMP session echoes.", []string{"peer"}, nil)
@@ -127,7 +131,7 @@ var (
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRefused, descSent, descReceived, descAgreed, descMismatched, descResyncs, descDumps,
-		descUpdates, descUpBytes, descUpDropped, descVFCFailed, descInputs, descSessions, descSaves, descReleases, descLeadRb, descTicks,
+		descUpdates, descUpBytes, descUpDropped, descVFCFailed, descInputs, descSessions, descSaves, descLeaveSaves, descReleases, descOrphans, descLeadRb, descTicks,
 		descSkew, descSkewErr, descSkewAlarm, descReady} {
 		ch <- d
 	}
@@ -165,7 +169,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSessions, float64(m.sessions.Load()))
 	ch <- prometheus.MustNewConstMetric(descSaves, prometheus.CounterValue, float64(m.saves.Load()), "ok")
 	ch <- prometheus.MustNewConstMetric(descSaves, prometheus.CounterValue, float64(m.savesFailed.Load()), "failed")
+	for k, label := range leaveSaveLabels {
+		ch <- prometheus.MustNewConstMetric(descLeaveSaves, prometheus.CounterValue, float64(m.leaveSavesBy[k].Load()), label)
+	}
 	counter(descReleases, m.releases.Load())
+	counter(descOrphans, m.orphanLeaves.Load())
 	counter(descLeadRb, m.leadingRollbacks.Load())
 	gauge(descTicks, float64(m.leadingTick.Load()), "leading")
 	gauge(descTicks, float64(m.confirmedTick.Load()), "confirmed")
@@ -179,6 +187,19 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(descReady, b2f(m.ready.Load()))
 	m.ev.collect(ch)
 }
+
+// How a leaving player's saved character was confirmed
+// (mirror_leave_saves_total's label).
+const (
+	leaveSaveReference   = iota // read from the authority's state: this mirror holds the duty, or a resync brought it
+	leaveSaveAgreed             // the authority's hash of a checkpoint after the leave matched ours
+	leaveSaveUnconfirmed        // no agreement in time (or this mirror left the group): our own reading
+	leaveSaveKinds
+)
+
+var leaveSaveLabels = [leaveSaveKinds]string{"reference", "agreed", "unconfirmed"}
+
+func (m *metrics) leaveSaves(kind int) { m.leaveSavesBy[kind].Add(1) }
 
 func (m *metrics) pendingSaves() int { return int(m.savesInFlight.Load()) }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand"
 	"net"
 	"slices"
@@ -92,6 +93,7 @@ type Server struct {
 	players     map[game.PlayerID]*session
 	nextSession uint64
 	captures    []capture
+	unconfirmed []leaveSave
 	cps         checkpoints
 	releases    map[crimp.MemberID]crimp.Timer
 	ev          eventState // the event protocol's (event.go)
@@ -106,6 +108,27 @@ type capture struct {
 	version int64
 	at      uint64 // the last state's tick to read it at
 }
+
+// leaveSave is a leaving player's character read from this mirror's last
+// state, waiting for the authority to confirm that state: the save reads
+// the departure from the first checkpoint at or after the leave on which
+// this mirror's hash and the authority's agree. A command this mirror
+// executed can have reached the authority too late (its last state had
+// passed the tick) and so never have happened in the game everyone else
+// plays; a character saved unconfirmed could hold it.
+type leaveSave struct {
+	player  game.PlayerID
+	tok     string
+	version int64
+	leave   uint64         // the leave's tick
+	own     game.Character // as this mirror's last state has it
+}
+
+// confirmLeaveTicks is how long, in the last state's ticks, a leave's save
+// waits for the authority's agreement before it takes this mirror's own
+// reading: well inside the time a state remembers departures, so that a
+// resync in between still finds the leave in the authority's state.
+func confirmLeaveTicks(g game.Config) uint64 { return uint64(keepDepartedSeconds * g.TickRate / 2) }
 
 // New builds a mirror server; Start runs it.
 func New(cfg Config) (*Server, error) {
@@ -468,6 +491,7 @@ func (s *Server) everySecond(now time.Time) {
 		s.saveSessions()
 	}
 	s.checkOwnership()
+	s.leaveOrphans()
 	s.retune(now)
 	if s.event() {
 		s.eventSecond()
@@ -565,18 +589,89 @@ func (s *Server) atStop(last *State) {
 		case cp.at > t:
 			kept = append(kept, cp)
 		case cp.at == t:
-			if p, ok := last.World().Player(cp.player); ok {
+			p, ok := last.World().Player(cp.player)
+			switch {
+			case !ok:
+			case s.isHolder():
+				// Our state is the reference.
+				s.m.leaveSaves(leaveSaveReference)
 				s.saveCharacter(cp.player, cp.tok, cp.version, game.CharacterOf(p))
+			default:
+				s.unconfirmed = append(s.unconfirmed, leaveSave{player: cp.player, tok: cp.tok, version: cp.version,
+					leave: cp.at + 1, own: game.CharacterOf(p)})
 			}
 		default:
-			// The last state jumped past the tick (a resync): the
-			// player may still be there.
-			if p, ok := last.World().Player(cp.player); ok {
+			// The last state jumped past the tick: a resync put the
+			// authority's state in place. It has the departure, or the
+			// player is still there (the leave had not run yet).
+			if d, ok := last.Departed(cp.player, cp.at+1); ok {
+				s.m.leaveSaves(leaveSaveReference)
+				s.saveCharacter(cp.player, cp.tok, cp.version, d.Character)
+			} else if p, ok := last.World().Player(cp.player); ok {
+				s.m.leaveSaves(leaveSaveReference)
 				s.saveCharacter(cp.player, cp.tok, cp.version, game.CharacterOf(p))
 			}
 		}
 	}
 	s.captures = kept
+	if len(s.unconfirmed) > 0 {
+		s.expireLeaveSaves(t)
+	}
+}
+
+// confirmLeaveSaves saves the characters of the leaves up to tick c from
+// our state of that checkpoint, which the authority's hash has just
+// confirmed (lock held).
+func (s *Server) confirmLeaveSaves(c uint64) {
+	st := s.cps.clones[c]
+	if st == nil {
+		return // no copy left: a later checkpoint will do
+	}
+	kept := s.unconfirmed[:0]
+	for _, u := range s.unconfirmed {
+		if u.leave > c {
+			kept = append(kept, u)
+			continue
+		}
+		d, departed := st.Departed(u.player, u.leave)
+		p, still := st.World().Player(u.player)
+		switch {
+		case departed:
+			s.m.leaveSaves(leaveSaveAgreed)
+			s.saveCharacter(u.player, u.tok, u.version, d.Character)
+		case still && st.OwnerOf(u.player) == uint32(s.id):
+			// The leave itself reached the authority too late: its game
+			// still has the player here (leaveOrphans takes them out).
+			s.m.leaveSaves(leaveSaveAgreed)
+			s.saveCharacter(u.player, u.tok, u.version, game.CharacterOf(p))
+		default:
+			s.log.Warn("a confirmed state has neither the player's leave nor the player here; saving our own reading", "player", u.player, "leave", u.leave, "checkpoint", c)
+			s.m.leaveSaves(leaveSaveUnconfirmed)
+			s.saveCharacter(u.player, u.tok, u.version, u.own)
+		}
+	}
+	clear(s.unconfirmed[len(kept):])
+	s.unconfirmed = kept
+}
+
+// expireLeaveSaves saves our own reading of the leaves the authority has
+// not confirmed within confirmLeaveTicks of the last state's tick t, or
+// all of them (t == math.MaxUint64) when this mirror cannot wait (lock
+// held).
+func (s *Server) expireLeaveSaves(t uint64) {
+	wait := confirmLeaveTicks(s.cfg.Game)
+	kept := s.unconfirmed[:0]
+	for _, u := range s.unconfirmed {
+		if t < u.leave+wait {
+			kept = append(kept, u)
+			continue
+		}
+		s.log.Warn("the authority did not confirm a leaving player's state in time; saving our own reading", "player", u.player, "leave", u.leave)
+		s.m.leaveSaves(leaveSaveUnconfirmed)
+		s.saveCharacter(u.player, u.tok, u.version, u.own)
+	}
+	clear(s.unconfirmed[len(kept):])
+	s.unconfirmed = kept
 }
 
 // issue stamps nothing itself: cmd carries this mirror's stamp. It feeds
@@ -769,6 +864,9 @@ func (s *Server) onEvent(e crimp.Event) {
 			for _, sess := range s.sessionList() {
 				s.closeSession(sess, closedMirrorDropped, "this mirror left the group; reconnect to another", false)
 			}
+			// Leaves waiting for the authority's confirmation will not
+			// get it from this membership: what we read is all we have.
+			s.expireLeaveSaves(math.MaxUint64)
 			s.sync, s.joined, s.id, s.buffered, s.captures = nil, false, 0, nil, nil
 			s.skew.self.Store(0)
 			s.cps.init()
@@ -976,7 +1074,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		var left int
 		s.locked(func() {
 			s.tickTo(s.clock.Now())
-			left = len(s.captures) + s.m.pendingSaves()
+			if ctx.Err() != nil && s.sync != nil {
+				s.expireLeaveSaves(math.MaxUint64)
+			}
+			left = len(s.captures) + len(s.unconfirmed) + s.m.pendingSaves()
 		})
 		if left == 0 || ctx.Err() != nil {
 			break
@@ -1013,6 +1114,11 @@ func (s *Server) Metrics() Stats {
 	st.Resyncs, st.Dumps = s.m.resyncs.Load(), s.m.dumps.Load()
 	st.UpdatesSent, st.UpdateBytes = s.m.updatesSent.Load(), s.m.updateBytes.Load()
 	st.Saves, st.SavesFailed = s.m.saves.Load(), s.m.savesFailed.Load()
+	st.OrphanLeaves = s.m.orphanLeaves.Load()
+	st.LeaveSaves = map[string]uint64{}
+	for k, label := range leaveSaveLabels {
+		st.LeaveSaves[label] = s.m.leaveSavesBy[k].Load()
+	}
 	st.LeadingRollbacks = s.m.leadingRollbacks.Load()
 	st.Event = s.m.ev.stats()
 	if s.member != nil {
@@ -1034,8 +1140,12 @@ type Stats struct {
 	Resyncs, Dumps                 uint64
 	UpdatesSent, UpdateBytes       uint64
 	Saves, SavesFailed             uint64
-	LeadingRollbacks               uint64
-	Event                          EventStats // the event protocol's
+	OrphanLeaves                   uint64
+	// LeaveSaves counts leaving players' characters read for saving, by
+	// how their state was confirmed (mirror_leave_saves_total's labels).
+	LeaveSaves       map[string]uint64
+	LeadingRollbacks uint64
+	Event            EventStats // the event protocol's
 	// CRIMPMeanLatency is the mean perceived latency of what CRIMP
 	// delivered to this mirror (receive time minus send time).
 	CRIMPMeanLatency time.Duration

@@ -459,6 +459,31 @@ func (s *Server) saveSessions() {
 	}
 }
 
+// leaveOrphans takes out of the world the players the game has on this
+// mirror while no session here holds them: their leave reached the others
+// after their last delay (so the authority's state, which a resync then
+// brought here, still has them). Nobody else may send their leave, so
+// without this they would stand in the world for good. Only players both
+// the leading and the last state have here count, so a leave on its way
+// is not sent twice.
+func (s *Server) leaveOrphans() {
+	if s.id == 0 {
+		return
+	}
+	last, leading := s.sync.Last(), s.sync.Leading()
+	now := s.clock.Now()
+	for _, o := range last.Owners() {
+		if o.Mirror != uint32(s.id) || s.players[o.Player] != nil || leading.OwnerOf(o.Player) != uint32(s.id) {
+			continue
+		}
+		cmd := Command{Command: s.stamp(now)}
+		cmd.Op, cmd.Player = game.CommandLeave, o.Player
+		s.m.orphanLeaves.Add(1)
+		s.log.Warn("the game has a player on this mirror that no session holds: leaving it", "player", o.Player)
+		s.issue(cmd, now)
+	}
+}
+
 // checkOwnership ends sessions whose player the last state shows on
 // another mirror (it reconnected there) or gone, and sessions whose token
 // expired without a reauth.

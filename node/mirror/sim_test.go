@@ -487,3 +487,113 @@ func TestThirtyBotsThreeMirrors(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaveSaveWaitsForTheAuthority: the link between mirror 2 and the
+// authority fails for longer than the last delay while mirror 2's player
+// walks, and the player leaves right after it heals, before the next
+// checkpoint. Mirror 2 executed steps that reached the authority too late,
+// so its last state has the player where the game everyone else plays
+// never had them. The save waits for the authority's hash: it differs,
+// mirror 2 resyncs, and what is saved is the authority's departure, not
+// mirror 2's own reading.
+func TestLeaveSaveWaitsForTheAuthority(t *testing.T) {
+	c := newCluster(t, clusterOpts{mirrors: 2, link: crimp.LinkParams{Delay: 5 * time.Millisecond}, seed: 29,
+		delays: []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond}, history: time.Second})
+	walker := c.player("walker")
+	lc := c.bot(1, walker, 3)
+	c.run(3 * time.Second)
+	// Start just past a checkpoint tick, so that the cut and the leave
+	// both come before the next one: mirror 2 learns that it differs only
+	// after it has read the leaving character.
+	cfg := c.mirrors[1].sync.Config()
+	tick := func() uint64 { return cfg.TickOf(c.clock.Now().UnixNano()) }
+	c.runUntil(2*time.Second, "a tick just past a checkpoint", func() bool { n := tick() % cfg.CheckpointTicks; return n >= 2 && n < 6 })
+	c.net.Disconnect(c.eps[0], c.eps[1])
+	c.run(600 * time.Millisecond)
+	c.net.Connect(c.eps[0], c.eps[1])
+	c.run(60 * time.Millisecond)
+	_, v0 := c.chars.Get(walker.account)
+	lc.Close()
+	var own game.Character
+	waited := false
+	c.runUntil(10*time.Second, "walker's save", func() bool {
+		c.mirrors[1].locked(func() {
+			if u := c.mirrors[1].unconfirmed; len(u) > 0 {
+				own, waited = u[0].own, true
+			}
+		})
+		_, v := c.chars.Get(walker.account)
+		return v > v0
+	})
+	saved, _ := c.chars.Get(walker.account)
+	var dep Departure
+	c.mirrors[0].Inspect(func(_, last *State) {
+		for _, d := range last.Departures() {
+			if d.Player == game.PlayerID(walker.account) {
+				dep = d
+			}
+		}
+	})
+	st1, st2 := c.mirrors[0].Metrics(), c.mirrors[1].Metrics()
+	t.Logf("left at tick %d; mirror 2 read %+v, the authority had %+v, saved %+v; authority: %d too late; mirror 2: %d mismatches, %d resyncs, leave saves %v",
+		dep.Tick, own, dep.Character, saved, st1.TSS["too_late"], st2.Mismatched, st2.Resyncs, st2.LeaveSaves)
+	switch {
+	case dep.Tick == 0:
+		t.Fatal("the authority has no departure of walker")
+	case !waited:
+		t.Fatal("mirror 2 saved without waiting for the authority's confirmation")
+	case own == dep.Character:
+		t.Fatal("mirror 2's reading is the authority's: the cut made nothing differ, the test shows nothing")
+	case saved != dep.Character:
+		t.Fatalf("saved %+v, the authority's state had %+v", saved, dep.Character)
+	case st2.Resyncs == 0 || st2.LeaveSaves["agreed"] != 1:
+		t.Fatalf("mirror 2 resynced %d times, leave saves %v", st2.Resyncs, st2.LeaveSaves)
+	}
+}
+
+// TestLeaveTooLateForTheAuthority: a player leaves while the link between
+// their mirror and the authority is down for longer than the last delay,
+// so the leave reaches the authority too late and its game keeps the
+// player. Mirror 2 finds its state differs and resyncs, which brings the
+// player back on mirror 2 with no session; mirror 2 then sends the leave
+// again, and the player is gone everywhere.
+func TestLeaveTooLateForTheAuthority(t *testing.T) {
+	c := newCluster(t, clusterOpts{mirrors: 2, link: crimp.LinkParams{Delay: 5 * time.Millisecond}, seed: 31,
+		delays: []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond}, history: time.Second})
+	ghost := c.player("ghost")
+	lc := c.bot(1, ghost, 4)
+	c.run(2 * time.Second)
+	c.net.Disconnect(c.eps[0], c.eps[1])
+	c.run(100 * time.Millisecond)
+	lc.Close()
+	c.run(500 * time.Millisecond)
+	c.net.Connect(c.eps[0], c.eps[1])
+	in := func(i int) bool {
+		var ok bool
+		c.mirrors[i].Inspect(func(leading, last *State) {
+			_, a := leading.World().Player(game.PlayerID(ghost.account))
+			_, b := last.World().Player(game.PlayerID(ghost.account))
+			ok = a || b
+		})
+		return ok
+	}
+	c.runUntil(10*time.Second, "mirror 2 resynced", func() bool { return c.mirrors[1].Metrics().Resyncs > 0 })
+	if st := c.mirrors[0].Metrics(); st.TSS["too_late"] == 0 {
+		t.Fatal("nothing reached the authority too late: the test shows nothing")
+	}
+	c.runUntil(10*time.Second, "the player gone from both mirrors", func() bool { return !in(0) && !in(1) })
+	if st := c.mirrors[1].Metrics(); st.OrphanLeaves != 1 || st.LeaveSaves["agreed"] != 1 {
+		t.Fatalf("mirror 2 sent %d orphan leaves (want 1); leave saves %v (want one agreed: the player as the authority's game still had them)", st.OrphanLeaves, st.LeaveSaves)
+	}
+	c.run(3 * time.Second)
+	a, b := c.mirrors[0].Checkpoints(), c.mirrors[1].Checkpoints()
+	newest := uint64(0)
+	for tick := range a {
+		if _, ok := b[tick]; ok {
+			newest = max(newest, tick)
+		}
+	}
+	if newest == 0 || a[newest] != b[newest] {
+		t.Fatalf("the mirrors' newest common checkpoint, tick %d, differs", newest)
+	}
+}

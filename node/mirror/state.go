@@ -91,6 +91,27 @@ const (
 	refusalKinds
 )
 
+// Departures: a state remembers who left in its last keepDepartedSeconds
+// (at most maxDeparted of them, the oldest forgotten first) with the
+// character it had for them at the tick before the leave. It is part of
+// what is hashed, so a checkpoint on which the authority and a mirror
+// agree confirms the character the mirror saves; the time covers the
+// hash exchange and a resync, after which the mirror reads it from the
+// authority's state. The bound keeps a mass leave from growing the state.
+const (
+	keepDepartedSeconds = 10
+	maxDeparted         = 256
+)
+
+// Departure is a player who left lately, and the character the state had
+// for them at the tick before the leave (a leave from the player's
+// ingress, or a release).
+type Departure struct {
+	Player    game.PlayerID
+	Tick      uint64 // the leave's tick
+	Character game.Character
+}
+
 // recentTicks is how many ticks of strict events a state remembers for
 // egress: the leading state's are shown tentatively, the last state's
 // confirm them.
@@ -109,13 +130,17 @@ type tickEvents struct {
 // leaves count only from the player's ingress; a release, only from the
 // authority, takes out every player still on the released mirror.
 //
+// A state also remembers its recent departures (Departed), hashed with the
+// rest.
+//
 // Besides what it hashes, a state remembers the strict events of its
 // recent ticks and its refusal counts; both move with CopyFrom, so after a
 // rollback they are the trailing state's.
 type State struct {
 	world     *game.World
 	authority uint32
-	owners    []Owner // sorted by player
+	owners    []Owner     // sorted by player
+	departed  []Departure // in the order they left
 	refused   [refusalKinds]uint64
 	recent    [recentTicks]tickEvents
 	scratch   []game.Command
@@ -161,6 +186,46 @@ func (s *State) OwnerOf(p game.PlayerID) uint32 {
 // Owners returns the ingress table, sorted by player.
 func (s *State) Owners() []Owner { return slices.Clone(s.owners) }
 
+// Departed returns the departure of p at tick t, if the state still
+// remembers it.
+func (s *State) Departed(p game.PlayerID, t uint64) (Departure, bool) {
+	for _, d := range s.departed {
+		if d.Player == p && d.Tick == t {
+			return d, true
+		}
+	}
+	return Departure{}, false
+}
+
+// Departures returns the departures the state remembers, oldest first.
+func (s *State) Departures() []Departure { return slices.Clone(s.departed) }
+
+// depart remembers that p leaves in the coming tick, with the character it
+// has now.
+func (s *State) depart(p game.PlayerID) {
+	pl, ok := s.world.Player(p)
+	if !ok {
+		return
+	}
+	if len(s.departed) >= maxDeparted {
+		s.departed = slices.Delete(s.departed, 0, 1)
+	}
+	s.departed = append(s.departed, Departure{Player: p, Tick: s.world.Tick() + 1, Character: game.CharacterOf(pl)})
+}
+
+// forgetDepartures drops the departures older than keepDepartedSeconds.
+func (s *State) forgetDepartures() {
+	keep := uint64(keepDepartedSeconds * s.world.Config().TickRate)
+	now := s.world.Tick()
+	n := 0
+	for n < len(s.departed) && s.departed[n].Tick+keep <= now {
+		n++
+	}
+	if n > 0 {
+		s.departed = slices.Delete(s.departed, 0, n)
+	}
+}
+
 // Refused returns the state's refusal counters.
 func (s *State) Refused() [refusalKinds]uint64 { return s.refused }
 
@@ -191,6 +256,7 @@ func (s *State) Advance(cmds []Command) game.TickRecord {
 					kept = append(kept, o)
 					continue
 				}
+				s.depart(o.Player)
 				gc = append(gc, game.Command{Stamp: c.Stamp, Mirror: c.Mirror, Seq: c.Seq, Op: game.CommandLeave, Player: o.Player})
 			}
 			clear(s.owners[len(kept):])
@@ -213,6 +279,7 @@ func (s *State) Advance(cmds []Command) game.TickRecord {
 		}
 		if c.Op == game.CommandLeave {
 			s.owners = slices.Delete(s.owners, i, i+1)
+			s.depart(c.Player)
 		}
 		if s.ev != nil && c.Op == game.CommandInput {
 			if !s.runs(c) {
@@ -224,6 +291,7 @@ func (s *State) Advance(cmds []Command) game.TickRecord {
 		gc = append(gc, c.Command)
 	}
 	rec := s.world.Advance(gc)
+	s.forgetDepartures()
 	clear(gc)
 	s.scratch = gc[:0]
 	if rec.Ignored > 0 {
@@ -256,6 +324,7 @@ func (s *State) CopyFrom(src *State) {
 	}
 	s.authority = src.authority
 	s.owners = append(s.owners[:0], src.owners...)
+	s.departed = append(s.departed[:0], src.departed...)
 	s.refused = src.refused
 	s.recent = src.recent
 	s.ran = append(s.ran[:0], src.ran...)
@@ -268,12 +337,12 @@ func (s *State) Clone() *State {
 	return c
 }
 
-// Hash digests the world and the ingress table (tss.State).
+// Hash digests the world, the ingress table and the departures (tss.State).
 func (s *State) Hash() [32]byte {
 	h := sha256.New()
 	wh := s.world.Hash()
 	b := make([]byte, 0, 64+len(s.owners)*40)
-	b = append(b, "overworld/mirror-state/1"...)
+	b = append(b, "overworld/mirror-state/2"...)
 	b = append(b, wh[:]...)
 	b = binary.BigEndian.AppendUint32(b, s.authority)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s.owners)))
@@ -281,6 +350,16 @@ func (s *State) Hash() [32]byte {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(o.Player)))
 		b = append(b, o.Player...)
 		b = binary.BigEndian.AppendUint32(b, o.Mirror)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.departed)))
+	for _, d := range s.departed {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(d.Player)))
+		b = append(b, d.Player...)
+		b = binary.BigEndian.AppendUint64(b, d.Tick)
+		c := d.Character
+		for _, v := range []int32{c.Pos.X, c.Pos.Y, c.Health, c.Hunger, c.Score, c.Skill} {
+			b = binary.BigEndian.AppendUint32(b, uint32(v))
+		}
 	}
 	h.Write(b)
 	var out [32]byte
@@ -297,6 +376,11 @@ func (s *State) toProto() (*mirrorpb.MirrorState, error) {
 	m := &mirrorpb.MirrorState{World: w, Authority: s.authority, Refused: s.refused[:]}
 	for _, o := range s.owners {
 		m.Owners = append(m.Owners, &mirrorpb.Owner{Player: string(o.Player), Mirror: o.Mirror})
+	}
+	for _, d := range s.departed {
+		c := d.Character
+		m.Departed = append(m.Departed, &mirrorpb.Departure{Player: string(d.Player), Tick: d.Tick,
+			X: c.Pos.X, Y: c.Pos.Y, Health: c.Health, Hunger: c.Hunger, Score: c.Score, Skill: c.Skill})
 	}
 	return m, nil
 }
@@ -349,6 +433,23 @@ func stateFromProto(m *mirrorpb.MirrorState, cfg game.Config) (*State, error) {
 			return nil, fmt.Errorf("owner %d: %q not after %q", i, p, s.owners[i-1].Player)
 		}
 		s.owners = append(s.owners, Owner{p, o.GetMirror()})
+	}
+	if len(m.Departed) > maxDeparted {
+		return nil, fmt.Errorf("%d departures, want at most %d", len(m.Departed), maxDeparted)
+	}
+	keep := uint64(keepDepartedSeconds * cfg.TickRate)
+	for i, d := range m.Departed {
+		p := game.PlayerID(d.GetPlayer())
+		switch {
+		case p == "" || len(p) > game.MaxPlayerIDLen:
+			return nil, fmt.Errorf("departure %d: player ID of %d bytes", i, len(p))
+		case d.GetTick() == 0 || d.GetTick() > w.Tick() || d.GetTick()+keep <= w.Tick():
+			return nil, fmt.Errorf("departure %d: tick %d, the state is at %d", i, d.GetTick(), w.Tick())
+		case i > 0 && d.GetTick() < s.departed[i-1].Tick:
+			return nil, fmt.Errorf("departure %d: tick %d before %d", i, d.GetTick(), s.departed[i-1].Tick)
+		}
+		s.departed = append(s.departed, Departure{Player: p, Tick: d.GetTick(), Character: game.Character{
+			Pos: game.Vec{X: d.GetX(), Y: d.GetY()}, Health: d.GetHealth(), Hunger: d.GetHunger(), Score: d.GetScore(), Skill: d.GetSkill()}})
 	}
 	return s, nil
 }

@@ -1,6 +1,8 @@
 package mirror
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/overworld-p2p/overworld/game"
@@ -115,6 +117,72 @@ func TestStateCopyHashAndEncoding(t *testing.T) {
 	other.Seed++
 	if _, err := UnmarshalState(b, other); err == nil {
 		t.Fatal("a state of another world config decoded")
+	}
+}
+
+// TestStateDepartures: a leave (from the ingress) or a release records the
+// player's character at the tick before it, hashed and transferred with
+// the state; departures are forgotten after keepDepartedSeconds and never
+// more than maxDeparted are kept.
+func TestStateDepartures(t *testing.T) {
+	s := newTestState(t)
+	s.Advance([]Command{cmdOf(2, 1, game.CommandJoin, "ann"), cmdOf(3, 1, game.CommandJoin, "bob")})
+	for i := range 20 {
+		s.Advance([]Command{cmdOf(2, uint64(2+i), game.CommandInput, "ann")})
+	}
+	s.Advance([]Command{cmdOf(3, 2, game.CommandLeave, "ann")}) // not ann's ingress: refused
+	if len(s.Departures()) != 0 {
+		t.Fatalf("a refused leave recorded %v", s.Departures())
+	}
+	annBefore, _ := s.World().Player("ann")
+	before := s.Hash()
+	s.Advance([]Command{cmdOf(2, 30, game.CommandLeave, "ann")})
+	leave := s.Tick()
+	d, ok := s.Departed("ann", leave)
+	if !ok || d.Character != game.CharacterOf(annBefore) {
+		t.Fatalf("ann's departure at %d: %+v %v", leave, d, ok)
+	}
+	withLeave := s.Clone()
+	withLeave.departed = nil
+	if withLeave.Hash() == s.Hash() || s.Hash() == before {
+		t.Fatal("the hash does not cover the departures")
+	}
+	b, err := s.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := UnmarshalState(b, testGame())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Hash() != s.Hash() || !slices.Equal(got.Departures(), s.Departures()) {
+		t.Fatalf("decoded departures %v, encoded %v", got.Departures(), s.Departures())
+	}
+	// A release records bob too.
+	rel := cmdOf(1, 5, game.CommandInput, "")
+	rel.Release = 3
+	s.Advance([]Command{rel})
+	if _, ok := s.Departed("bob", s.Tick()); !ok {
+		t.Fatalf("the release recorded %v", s.Departures())
+	}
+	for range keepDepartedSeconds * testGame().TickRate {
+		s.Advance(nil)
+	}
+	if n := len(s.Departures()); n != 0 {
+		t.Fatalf("%d departures left after %d s", n, keepDepartedSeconds)
+	}
+	for batch := range (maxDeparted + 5 + 49) / 50 {
+		var joins, leaves []Command
+		for i := batch * 50; i < min((batch+1)*50, maxDeparted+5); i++ {
+			p := game.PlayerID(fmt.Sprintf("p%03d", i))
+			joins = append(joins, cmdOf(2, uint64(100+2*i), game.CommandJoin, p))
+			leaves = append(leaves, cmdOf(2, uint64(101+2*i), game.CommandLeave, p))
+		}
+		s.Advance(joins)
+		s.Advance(leaves)
+	}
+	if ds := s.Departures(); len(ds) != maxDeparted || ds[0].Player != "p005" {
+		t.Fatalf("%d departures kept, oldest %q", len(ds), ds[0].Player)
 	}
 }
 

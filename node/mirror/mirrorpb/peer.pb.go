@@ -857,21 +857,125 @@ func (x *Owner) GetMirror() uint32 {
 	return 0
 }
 
+// Departure is a player who left lately, with the character the state had
+// for them at the tick before the leave (what their mirror saves once the
+// authority's hash confirms it).
+type Departure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Player        string                 `protobuf:"bytes,1,opt,name=player,proto3" json:"player,omitempty"`
+	Tick          uint64                 `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"` // the leave's tick
+	X             int32                  `protobuf:"zigzag32,3,opt,name=x,proto3" json:"x,omitempty"`
+	Y             int32                  `protobuf:"zigzag32,4,opt,name=y,proto3" json:"y,omitempty"`
+	Health        int32                  `protobuf:"zigzag32,5,opt,name=health,proto3" json:"health,omitempty"`
+	Hunger        int32                  `protobuf:"zigzag32,6,opt,name=hunger,proto3" json:"hunger,omitempty"`
+	Score         int32                  `protobuf:"zigzag32,7,opt,name=score,proto3" json:"score,omitempty"`
+	Skill         int32                  `protobuf:"zigzag32,8,opt,name=skill,proto3" json:"skill,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Departure) Reset() {
+	*x = Departure{}
+	mi := &file_peer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Departure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Departure) ProtoMessage() {}
+
+func (x *Departure) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Departure.ProtoReflect.Descriptor instead.
+func (*Departure) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Departure) GetPlayer() string {
+	if x != nil {
+		return x.Player
+	}
+	return ""
+}
+
+func (x *Departure) GetTick() uint64 {
+	if x != nil {
+		return x.Tick
+	}
+	return 0
+}
+
+func (x *Departure) GetX() int32 {
+	if x != nil {
+		return x.X
+	}
+	return 0
+}
+
+func (x *Departure) GetY() int32 {
+	if x != nil {
+		return x.Y
+	}
+	return 0
+}
+
+func (x *Departure) GetHealth() int32 {
+	if x != nil {
+		return x.Health
+	}
+	return 0
+}
+
+func (x *Departure) GetHunger() int32 {
+	if x != nil {
+		return x.Hunger
+	}
+	return 0
+}
+
+func (x *Departure) GetScore() int32 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *Departure) GetSkill() int32 {
+	if x != nil {
+		return x.Skill
+	}
+	return 0
+}
+
 // MirrorState is the synchronized state of a mirror: the world plus the
-// ingress table.
+// ingress table and the recent departures.
 type MirrorState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	World         []byte                 `protobuf:"bytes,1,opt,name=world,proto3" json:"world,omitempty"` // game world snapshot
 	Owners        []*Owner               `protobuf:"bytes,2,rep,name=owners,proto3" json:"owners,omitempty"`
 	Authority     uint32                 `protobuf:"varint,3,opt,name=authority,proto3" json:"authority,omitempty"`
 	Refused       []uint64               `protobuf:"varint,4,rep,packed,name=refused,proto3" json:"refused,omitempty"` // refusal counters, by reason
+	Departed      []*Departure           `protobuf:"bytes,5,rep,name=departed,proto3" json:"departed,omitempty"`       // in the order they left
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MirrorState) Reset() {
 	*x = MirrorState{}
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +987,7 @@ func (x *MirrorState) String() string {
 func (*MirrorState) ProtoMessage() {}
 
 func (x *MirrorState) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1000,7 @@ func (x *MirrorState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MirrorState.ProtoReflect.Descriptor instead.
 func (*MirrorState) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MirrorState) GetWorld() []byte {
@@ -927,6 +1031,13 @@ func (x *MirrorState) GetRefused() []uint64 {
 	return nil
 }
 
+func (x *MirrorState) GetDeparted() []*Departure {
+	if x != nil {
+		return x.Departed
+	}
+	return nil
+}
+
 // Transfer is the state transfer: the authority's last trailing state, the
 // synchronizer's timing and the commands that state has not executed yet.
 type Transfer struct {
@@ -948,7 +1059,7 @@ type Transfer struct {
 
 func (x *Transfer) Reset() {
 	*x = Transfer{}
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1071,7 @@ func (x *Transfer) String() string {
 func (*Transfer) ProtoMessage() {}
 
 func (x *Transfer) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1084,7 @@ func (x *Transfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transfer.ProtoReflect.Descriptor instead.
 func (*Transfer) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Transfer) GetVersion() uint32 {
@@ -1120,12 +1231,22 @@ const file_peer_proto_rawDesc = "" +
 	"state_addr\x18\x03 \x01(\tR\tstateAddr\"7\n" +
 	"\x05Owner\x12\x16\n" +
 	"\x06player\x18\x01 \x01(\tR\x06player\x12\x16\n" +
-	"\x06mirror\x18\x02 \x01(\rR\x06mirror\"\x8f\x01\n" +
+	"\x06mirror\x18\x02 \x01(\rR\x06mirror\"\xaf\x01\n" +
+	"\tDeparture\x12\x16\n" +
+	"\x06player\x18\x01 \x01(\tR\x06player\x12\x12\n" +
+	"\x04tick\x18\x02 \x01(\x04R\x04tick\x12\f\n" +
+	"\x01x\x18\x03 \x01(\x11R\x01x\x12\f\n" +
+	"\x01y\x18\x04 \x01(\x11R\x01y\x12\x16\n" +
+	"\x06health\x18\x05 \x01(\x11R\x06health\x12\x16\n" +
+	"\x06hunger\x18\x06 \x01(\x11R\x06hunger\x12\x14\n" +
+	"\x05score\x18\a \x01(\x11R\x05score\x12\x14\n" +
+	"\x05skill\x18\b \x01(\x11R\x05skill\"\xcb\x01\n" +
 	"\vMirrorState\x12\x14\n" +
 	"\x05world\x18\x01 \x01(\fR\x05world\x122\n" +
 	"\x06owners\x18\x02 \x03(\v2\x1a.overworld.mirror.v1.OwnerR\x06owners\x12\x1c\n" +
 	"\tauthority\x18\x03 \x01(\rR\tauthority\x12\x18\n" +
-	"\arefused\x18\x04 \x03(\x04R\arefused\"\x88\x03\n" +
+	"\arefused\x18\x04 \x03(\x04R\arefused\x12:\n" +
+	"\bdeparted\x18\x05 \x03(\v2\x1e.overworld.mirror.v1.DepartureR\bdeparted\"\x88\x03\n" +
 	"\bTransfer\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tauthority\x18\x02 \x01(\rR\tauthority\x12\x19\n" +
@@ -1153,7 +1274,7 @@ func file_peer_proto_rawDescGZIP() []byte {
 	return file_peer_proto_rawDescData
 }
 
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_peer_proto_goTypes = []any{
 	(*PeerMessage)(nil), // 0: overworld.mirror.v1.PeerMessage
 	(*Moves)(nil),       // 1: overworld.mirror.v1.Moves
@@ -1166,8 +1287,9 @@ var file_peer_proto_goTypes = []any{
 	(*Release)(nil),     // 8: overworld.mirror.v1.Release
 	(*Checkpoint)(nil),  // 9: overworld.mirror.v1.Checkpoint
 	(*Owner)(nil),       // 10: overworld.mirror.v1.Owner
-	(*MirrorState)(nil), // 11: overworld.mirror.v1.MirrorState
-	(*Transfer)(nil),    // 12: overworld.mirror.v1.Transfer
+	(*Departure)(nil),   // 11: overworld.mirror.v1.Departure
+	(*MirrorState)(nil), // 12: overworld.mirror.v1.MirrorState
+	(*Transfer)(nil),    // 13: overworld.mirror.v1.Transfer
 }
 var file_peer_proto_depIdxs = []int32{
 	8,  // 0: overworld.mirror.v1.PeerMessage.release:type_name -> overworld.mirror.v1.Release
@@ -1180,13 +1302,14 @@ var file_peer_proto_depIdxs = []int32{
 	4,  // 7: overworld.mirror.v1.Decisions.decisions:type_name -> overworld.mirror.v1.Decision
 	6,  // 8: overworld.mirror.v1.Consistent.events:type_name -> overworld.mirror.v1.Event
 	10, // 9: overworld.mirror.v1.MirrorState.owners:type_name -> overworld.mirror.v1.Owner
-	11, // 10: overworld.mirror.v1.Transfer.state:type_name -> overworld.mirror.v1.MirrorState
-	0,  // 11: overworld.mirror.v1.Transfer.pending:type_name -> overworld.mirror.v1.PeerMessage
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	11, // 10: overworld.mirror.v1.MirrorState.departed:type_name -> overworld.mirror.v1.Departure
+	12, // 11: overworld.mirror.v1.Transfer.state:type_name -> overworld.mirror.v1.MirrorState
+	0,  // 12: overworld.mirror.v1.Transfer.pending:type_name -> overworld.mirror.v1.PeerMessage
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -1209,7 +1332,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
