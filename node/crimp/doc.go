@@ -50,6 +50,25 @@
 // pause, not the members' silence. FetchState and ServeState carry the
 // game state over TCP.
 //
+// A drop takes effect at once (EventMemberDropped; nothing the dropped
+// member sends is accepted any more: a tombstone, 4 histories long, and the
+// authority never hands its ID out again), but every member keeps the
+// dropped member's receive state for one more history (draining), so that
+// delivery does not depend on whether a sender died right after sending: a
+// packet it sent before going silent, which reached some members and not
+// others, still reaches every member that recovers it within its history
+// (of which History minus DropAfter is left at the drop, 250 ms with the
+// defaults: sooner than that, a silent member is not known dead). A draining
+// member's missing packets are lost at once (no later packet of its will
+// show them), requested and repaired by any holder as a live member's, its
+// packets repaired are delivered as its own, and session packets carry how
+// far their sender heard each member it drains, so that a member that
+// missed the last packets learns of them (each member sends a session at
+// once when it starts a drain). When the drain ends, what is still missing
+// counts as losses given up. A member drains at most MaxGroup-1 dropped
+// members (fewer for MaxGroup above 57, so that a session packet keeps
+// room for them beside the echoes); one more ends the oldest drain early.
+//
 // # Trust
 //
 // Any member may be hostile, so the membership decisions (establish with

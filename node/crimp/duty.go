@@ -438,7 +438,7 @@ func (n *Node) install(st AuthorityState, signer MemberID, raw []byte) {
 			n.tombstones[id] = n.now
 		}
 		if s := n.sources[id]; s != nil {
-			n.removeSource(s)
+			n.retire(s) // a drop this member missed
 		}
 	}
 	d.holderHeard = n.now

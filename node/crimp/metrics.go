@@ -22,7 +22,8 @@ type Metrics struct {
 	DatagramsSent      atomic.Uint64 // unreliable payloads sent (SendUnreliable)
 	DatagramsDelivered atomic.Uint64 // ... received and delivered
 	Losses             atomic.Uint64 // losses given up when their history interval expired
-	Abandoned          atomic.Uint64 // outstanding losses cancelled because their sender was dropped or skipped
+	Abandoned          atomic.Uint64 // outstanding losses cancelled because their sender was forgotten or skipped
+	DeliveredAfterDrop atomic.Uint64 // payloads of a dropped member delivered while it drained (repaired after its drop)
 
 	LossesDetected      atomic.Uint64 // sequence numbers declared lost (N-out-of-order or session)
 	RequestsSent        atomic.Uint64 // recovery requests (NAKs) sent
@@ -193,6 +194,7 @@ func (m *Metrics) counters() []namedCounter {
 		{"datagrams_delivered", "Unreliable payloads delivered.", &m.DatagramsDelivered},
 		{"losses", "Losses given up when their history expired.", &m.Losses},
 		{"abandoned", "Outstanding losses cancelled with their sender.", &m.Abandoned},
+		{"delivered_after_drop", "Payloads of a dropped member delivered after its drop, while it drained.", &m.DeliveredAfterDrop},
 		{"losses_detected", "Sequence numbers declared lost.", &m.LossesDetected},
 		{"requests_sent", "Recovery requests sent.", &m.RequestsSent},
 		{"requests_immediate", "Recovery requests sent at once (probability 1/n).", &m.RequestsImmediate},

@@ -125,6 +125,10 @@ type Node struct {
 	cache      map[Key]*stored
 	sources    map[MemberID]*source
 	tombstones map[MemberID]time.Time // dropped members and when; packets from them are ignored
+	// draining: dropped members whose receive state is kept for one more
+	// History (see retire), at most maxDraining.
+	draining    map[MemberID]*source
+	maxDraining int
 
 	timers         timerHeap
 	timerSeq       uint64
@@ -186,6 +190,10 @@ type source struct {
 	echoTime    int64     // the time stamp of its last session packet (its clock)
 	echoHeardAt time.Time // when we heard that session (our clock)
 
+	// drainUntil: the member was dropped and is draining (in
+	// Node.draining, no longer in Node.sources) until then.
+	drainUntil time.Time
+
 	started  bool   // floor/highest are meaningful
 	settled  bool   // floor came from the member's own account (establishment, session)
 	first    uint32 // the first sequence number tracked
@@ -231,11 +239,16 @@ func New(cfg Config, rng *rand.Rand) (*Node, error) {
 		cache:      map[Key]*stored{},
 		sources:    map[MemberID]*source{},
 		tombstones: map[MemberID]time.Time{},
+		draining:   map[MemberID]*source{},
 		dropSent:   map[MemberID]time.Time{},
 		ring:       make([]interval, int(cfg.History/cfg.TickInterval)+1),
 		joinRTO:    cfg.JoinTimeout,
 		nextID:     cfg.ID + 1,
 	}
+	// As many draining members as were ever dropped at once (every other
+	// member), but no more than the session packet has room for beside
+	// the echoes of a full group.
+	n.maxDraining = min(cfg.MaxGroup-1, (MaxPacketSize-sessionSize(cfg.MaxGroup-1, 0))/8)
 	for _, p := range cfg.Peers {
 		s := n.addSource(p)
 		s.started, s.settled, s.floor = true, true, 1
@@ -274,17 +287,21 @@ func (n *Node) Delay(id MemberID) (time.Duration, bool) {
 	return n.delayTo(s), s.measured
 }
 
-// Stats sizes the node's state; memory is bounded by these.
+// Stats sizes the node's state; memory is bounded by these. Draining
+// counts the dropped members whose packets are still recovered (see
+// doc.go); Pending and Resolved include theirs.
 type Stats struct {
-	Sources, Cached, Pending, Resolved, Timers, Tombstones int
+	Sources, Cached, Pending, Resolved, Timers, Tombstones, Draining int
 }
 
 // Stats reports how much state the node holds.
 func (n *Node) Stats() Stats {
-	st := Stats{Sources: len(n.sources), Cached: len(n.cache), Timers: len(n.timers), Tombstones: len(n.tombstones)}
-	for _, s := range n.sources {
-		st.Pending += len(s.pending)
-		st.Resolved += len(s.resolved)
+	st := Stats{Sources: len(n.sources), Cached: len(n.cache), Timers: len(n.timers), Tombstones: len(n.tombstones), Draining: len(n.draining)}
+	for _, m := range []map[MemberID]*source{n.sources, n.draining} {
+		for _, s := range m {
+			st.Pending += len(s.pending)
+			st.Resolved += len(s.resolved)
+		}
 	}
 	return st
 }
@@ -566,7 +583,7 @@ func (n *Node) expire() {
 		}
 	}
 	for _, k := range iv.recoveries {
-		s := n.sources[k.Source]
+		s := n.tracked(k.Source)
 		if s == nil {
 			continue
 		}
@@ -601,6 +618,11 @@ func (n *Node) membership() {
 			delete(n.dropSent, id)
 		}
 	}
+	for _, id := range sortedIDs(n.draining) {
+		if s := n.draining[id]; !n.now.Before(s.drainUntil) {
+			n.endDrain(s)
+		}
+	}
 }
 
 // silenceLimit is how long the authority lets member s be silent:
@@ -633,6 +655,12 @@ func (n *Node) store(k Key, sentAt int64, payload []byte) *stored {
 }
 
 func (n *Node) addSource(id MemberID) *source {
+	if s := n.draining[id]; s != nil {
+		// The ID is back (tombstones outlive the drain, so this takes a
+		// full tombstone table or a duty hand-over admitting it again): its
+		// old stream is over, the new one starts afresh.
+		n.endDrain(s)
+	}
 	s := &source{id: id, lastHeard: n.now, resolved: map[uint32]struct{}{}, pending: map[uint32]*recovery{}}
 	n.sources[id] = s
 	n.metrics.MembersJoined.Add(1)
@@ -659,6 +687,82 @@ func (n *Node) learn(id MemberID) *source {
 func (n *Node) removeSource(s *source) {
 	n.metrics.Abandoned.Add(uint64(len(s.pending)))
 	delete(n.sources, s.id)
+}
+
+// tracked returns the receive state of source id: a member's, or a
+// dropped member's while it drains (nil if neither). An ID is never both.
+func (n *Node) tracked(id MemberID) *source {
+	if s := n.sources[id]; s != nil {
+		return s
+	}
+	return n.draining[id]
+}
+
+func (s *source) isDraining() bool { return !s.drainUntil.IsZero() }
+
+// retire takes dropped member s out of the group but keeps its receive
+// state for one more History (draining), so that a packet it sent just
+// before it went silent, which reached some members and not others, still
+// reaches all: its losses go on being recovered (requested, and repaired
+// by any holder), requests for its packets are answered from the cache,
+// and session packets report how far this member heard it (Tail), so that
+// a member that missed its last packets learns of them. Nothing it sends
+// is accepted any more (its tombstone), so its outstanding suspects are
+// lost at once: no later packet of its will come to make them so. At the
+// end of the drain what is still missing counts as losses (endDrain).
+// Draining members are at most maxDraining: a drop beyond ends the
+// oldest drain early.
+func (n *Node) retire(s *source) {
+	delete(n.sources, s.id)
+	if !s.started {
+		return // nothing known of its stream, nothing to recover
+	}
+	if len(n.draining) >= n.maxDraining {
+		var oldest *source
+		for _, id := range sortedIDs(n.draining) {
+			if d := n.draining[id]; oldest == nil || d.drainUntil.Before(oldest.drainUntil) {
+				oldest = d
+			}
+		}
+		n.endDrain(oldest)
+	}
+	s.drainUntil = n.now.Add(n.cfg.History)
+	n.draining[s.id] = s
+	n.lostAll(s)
+	n.nextSess = n.now // tell the others at once how far we heard it
+}
+
+// endDrain forgets draining member s: what is still missing of its
+// packets is given up.
+func (n *Node) endDrain(s *source) {
+	n.metrics.Losses.Add(uint64(len(s.pending)))
+	delete(n.draining, s.id)
+}
+
+// lostAll declares every suspect of draining member s lost and starts its
+// recovery.
+func (n *Node) lostAll(s *source) {
+	var lost []uint32
+	for q, rec := range s.pending {
+		if rec.state == recSuspect {
+			lost = append(lost, q)
+		}
+	}
+	slices.Sort(lost) // timer draws in a reproducible order
+	for _, q := range lost {
+		n.metrics.LossesDetected.Add(1)
+		n.startRecovery(s, q, s.pending[q])
+	}
+}
+
+// sortedIDs returns the keys of m, ascending.
+func sortedIDs(m map[MemberID]*source) []MemberID {
+	ids := make([]MemberID, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 func (n *Node) delayTo(s *source) time.Duration {
@@ -777,6 +881,9 @@ func (n *Node) receive(s *source, seq uint32, sentAt int64, payload []byte, via 
 		return
 	}
 	n.extend(s, seq-1)
+	if s.isDraining() {
+		n.lostAll(s)
+	}
 	if seq > s.highest {
 		s.highest = seq
 	}
@@ -788,6 +895,9 @@ func (n *Node) receive(s *source, seq uint32, sentAt int64, payload []byte, via 
 		return
 	}
 	n.metrics.Delivered.Add(1)
+	if s.isDraining() {
+		n.metrics.DeliveredAfterDrop.Add(1)
+	}
 	switch via {
 	case ViaFEC:
 		n.metrics.DeliveredFEC.Add(1)
@@ -860,7 +970,7 @@ func (n *Node) onRequest(from *source, p *Packet) {
 		return
 	}
 	// We miss it too: the request stands for ours.
-	s := n.sources[p.Source]
+	s := n.tracked(p.Source)
 	if s == nil || !s.started || s.isResolved(p.Seq) {
 		return
 	}
@@ -880,6 +990,9 @@ func (n *Node) onRequest(from *source, p *Packet) {
 	case recWaitRepair:
 		n.metrics.RequestsHeardDup.Add(1)
 	}
+	if s.isDraining() {
+		n.lostAll(s) // the ones below it the request revealed
+	}
 }
 
 // sendRepair multicasts a stored packet and then ignores requests for it
@@ -898,7 +1011,7 @@ func (n *Node) onRepair(from *source, p *Packet) {
 	if p.Source == n.id {
 		d = n.delayTo(from)
 	} else {
-		s := n.sources[p.Source]
+		s := n.tracked(p.Source)
 		if s == nil {
 			if s = n.learn(p.Source); s == nil {
 				return
@@ -959,6 +1072,22 @@ func (n *Node) onSession(s *source, p *Packet) {
 	}
 	n.extend(s, p.NextSeq-1)
 	n.evidence(s, p.NextSeq)
+	// How far the sender heard the members it drains: a draining one's
+	// packets up to there are lost here if missing (nothing more of its
+	// comes); a member this one has not seen dropped yet takes it as a
+	// session of its own.
+	for _, t := range p.Tails {
+		d := n.tracked(t.Source)
+		if d == nil || !d.started {
+			continue
+		}
+		n.extend(d, t.Next-1)
+		if d.isDraining() {
+			n.lostAll(d)
+		} else {
+			n.evidence(d, t.Next)
+		}
+	}
 }
 
 func (n *Node) sendSession() {
@@ -971,6 +1100,11 @@ func (n *Node) sendSession() {
 		}
 		hold := n.now.Sub(s.echoHeardAt).Microseconds()
 		p.Echoes = append(p.Echoes, Echo{Peer: id, Time: s.echoTime, HoldMicros: uint32(min(hold, 1<<32-1))})
+	}
+	for _, id := range sortedIDs(n.draining) {
+		if s := n.draining[id]; s.highest != 0 && s.highest+1 != 0 {
+			p.Tails = append(p.Tails, Tail{Source: id, Next: s.highest + 1})
+		}
 	}
 	n.emit(p)
 	n.metrics.SessionsSent.Add(1)
@@ -1095,7 +1229,7 @@ func (n *Node) drop(id MemberID) {
 		return
 	}
 	if s != nil {
-		n.removeSource(s)
+		n.retire(s)
 		n.metrics.MembersDropped.Add(1)
 		n.out.Events = append(n.out.Events, Event{Kind: EventMemberDropped, Member: id})
 	}
@@ -1123,6 +1257,10 @@ func (n *Node) onDrop(id MemberID) {
 		for _, s := range n.sources {
 			n.removeSource(s)
 		}
+		for _, s := range n.draining {
+			n.metrics.Abandoned.Add(uint64(len(s.pending)))
+		}
+		clear(n.draining)
 		clear(n.cache)
 		n.fecRing = nil
 		n.resetDuty()
@@ -1130,7 +1268,7 @@ func (n *Node) onDrop(id MemberID) {
 	}
 	delete(n.duty.keys, id)
 	if s := n.sources[id]; s != nil {
-		n.removeSource(s)
+		n.retire(s)
 		n.metrics.MembersDropped.Add(1)
 		n.out.Events = append(n.out.Events, Event{Kind: EventMemberDropped, Member: id})
 	}
@@ -1207,14 +1345,14 @@ func (n *Node) fire(e timerEntry) {
 		st := n.cache[e.key]
 		if st != nil && st.repairPending && st.repairGen == e.gen {
 			d := n.cfg.DefaultDelay
-			if s := n.sources[e.key.Source]; s != nil {
+			if s := n.tracked(e.key.Source); s != nil {
 				d = n.delayTo(s)
 			}
 			n.sendRepair(e.key, st, d)
 		}
 		return
 	}
-	s := n.sources[e.key.Source]
+	s := n.tracked(e.key.Source)
 	if s == nil {
 		return
 	}

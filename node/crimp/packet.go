@@ -22,7 +22,8 @@ import (
 //	data         seq u32 | len u16 | payload | nfec u8 | nfec × (seq u32 | sentAt i64 | len u16 | payload)
 //	request      source u32 | seq u32
 //	repair       source u32 | seq u32 | sentAt i64 | len u16 | payload
-//	session      nextSeq u32 | oldestSeq u32 | epoch u64 | follows u8 | keys u64 | n u8 | n × (peer u32 | time i64 | hold µs u32)
+//	session      nextSeq u32 | oldestSeq u32 | epoch u64 | follows u8 | keys u64 | n u8 | n × (peer u32 | time i64 | hold µs u32) |
+//	             m u8 | m × (source u32 | next u32)
 //	request-join nonce u64 | key | cert
 //	establish    nonce u64 | member u32 | epoch u64 | key | holderKey | cert | addrLen u8 | addr | n u8 | n × (member u32 | key) | signature
 //	deny         nonce u64 | reason u8 | epoch u64 | holderKey | cert | signature
@@ -50,8 +51,9 @@ import (
 
 // Version is the wire format version carried in every packet's first byte.
 // Version 2 added the authority's signature to establish, deny and drop;
-// version 3 the duty epoch, member keys, hand-over, vote and takeover.
-const Version = 3
+// version 3 the duty epoch, member keys, hand-over, vote and takeover;
+// version 4 the tails of dropped members in session packets.
+const Version = 4
 
 // SignatureSize is the length of the authority's signature on membership
 // packets.
@@ -150,6 +152,16 @@ type Echo struct {
 	HoldMicros uint32
 }
 
+// Tail is one entry of a session packet: how far the reporter has heard a
+// dropped member whose packets it still recovers and repairs (draining):
+// Next is the sequence number after the highest it knows that member sent.
+// A member that missed the dropped member's last packets learns of them
+// here, since the dropped member itself says nothing any more.
+type Tail struct {
+	Source MemberID
+	Next   uint32
+}
+
 // Packet is one decoded CRIMP packet. Which fields are meaningful depends on
 // Kind; the others are zero.
 type Packet struct {
@@ -166,6 +178,7 @@ type Packet struct {
 	NextSeq   uint32 // session: the next sequence number the sender will use
 	OldestSeq uint32 // session: the oldest of its own packets it still holds
 	Echoes    []Echo
+	Tails     []Tail // session: the dropped members the sender drains, ascending
 
 	Nonce     uint64     // request-join, establish, deny
 	Member    MemberID   // establish, drop
@@ -289,6 +302,13 @@ func Decode(b []byte) (*Packet, error) {
 		for i := 0; i < n && r.err == nil; i++ {
 			p.Echoes = append(p.Echoes, Echo{Peer: MemberID(r.u32()), Time: int64(r.u64()), HoldMicros: r.u32()})
 		}
+		m := int(r.u8())
+		if r.err == nil && m > MaxMembers {
+			return nil, fmt.Errorf("%w: %d tails, limit %d", ErrMalformed, m, MaxMembers)
+		}
+		for i := 0; i < m && r.err == nil; i++ {
+			p.Tails = append(p.Tails, Tail{Source: MemberID(r.u32()), Next: r.u32()})
+		}
 	case KindRequestJoin:
 		p.Nonce = r.u64()
 		p.Key, p.Cert = r.sized(KeySize), r.sized(CertSize)
@@ -385,6 +405,11 @@ func (p *Packet) validate() error {
 	case KindSession:
 		if p.NextSeq == 0 || p.OldestSeq == 0 || p.OldestSeq > p.NextSeq {
 			return bad("oldest %d next %d", p.OldestSeq, p.NextSeq)
+		}
+		for i, t := range p.Tails {
+			if t.Source == 0 || t.Source == p.Sender || t.Next == 0 || i > 0 && t.Source <= p.Tails[i-1].Source {
+				return bad("tail %d of member %d at %d (tails must be ascending, of other members)", i, t.Source, t.Next)
+			}
 		}
 	case KindRequestJoin:
 		if err := checkKeyCert(p.Key, p.Cert); err != nil {
@@ -483,7 +508,7 @@ func (p *Packet) Encode(dst []byte) ([]byte, error) {
 		return dst, err
 	}
 	if len(p.Payload) > MaxPayload || len(p.FEC) > MaxFEC || len(p.Echoes) > MaxMembers ||
-		len(p.Members) > MaxMembers || len(p.StateAddr) > maxAddrLen {
+		len(p.Tails) > MaxMembers || len(p.Members) > MaxMembers || len(p.StateAddr) > maxAddrLen {
 		return dst, fmt.Errorf("%w: %s field over its bound", ErrTooLarge, p.Kind)
 	}
 	if signed := AuthoritySigned(p.Kind); signed && len(p.Signature) != SignatureSize || !signed && len(p.Signature) != 0 {
@@ -525,6 +550,11 @@ func (p *Packet) Encode(dst []byte) ([]byte, error) {
 			dst = binary.BigEndian.AppendUint32(dst, uint32(e.Peer))
 			dst = binary.BigEndian.AppendUint64(dst, uint64(e.Time))
 			dst = binary.BigEndian.AppendUint32(dst, e.HoldMicros)
+		}
+		dst = append(dst, byte(len(p.Tails)))
+		for _, t := range p.Tails {
+			dst = binary.BigEndian.AppendUint32(dst, uint32(t.Source))
+			dst = binary.BigEndian.AppendUint32(dst, t.Next)
 		}
 	case KindRequestJoin:
 		dst = binary.BigEndian.AppendUint64(dst, p.Nonce)
@@ -584,6 +614,12 @@ func dataSize(payload int, fec []Redundant) int {
 		n += 4 + 8 + 2 + len(red.Payload)
 	}
 	return n
+}
+
+// sessionSize is the encoded size of a session packet with the given
+// numbers of echoes and tails.
+func sessionSize(echoes, tails int) int {
+	return headerSize + 4 + 4 + 8 + 1 + 8 + 1 + echoes*(4+8+4) + 1 + tails*(4+4)
 }
 
 // appendBytes8 appends b with a one-byte length; callers keep b within 255

@@ -31,6 +31,7 @@ func samplePackets() []*Packet {
 		{Kind: KindDeny, Sender: 1, Time: 12, Nonce: 5, Reason: DenyFull, Signature: testSignature},
 		{Kind: KindDrop, Sender: 1, Time: 13, Member: 7, Signature: testSignature},
 		{Kind: KindSession, Sender: 4, Time: 9, NextSeq: 1, OldestSeq: 1, Epoch: 3, Follows: true},
+		{Kind: KindSession, Sender: 4, Time: 9, NextSeq: 2, OldestSeq: 1, Tails: []Tail{{Source: 2, Next: 5}, {Source: 7, Next: 1}}},
 		{Kind: KindRequestJoin, Sender: 0, Time: 10, Nonce: 7, Key: testKey(1), Cert: testSignature},
 		{Kind: KindEstablish, Sender: 2, Time: 11, Nonce: 5, Member: 7, Epoch: 4, Key: testKey(7), HolderKey: testKey(2), Cert: testSignature,
 			StateAddr: "10.0.0.2:7000", Members: []MemberID{1, 3}, Keys: [][]byte{testKey(1), testKey(3)}, Signature: testSignature},
@@ -100,6 +101,9 @@ func TestDecodeRejects(t *testing.T) {
 		{Kind: KindData, Sender: 1, Seq: 5, FEC: []Redundant{{Seq: 5}}},
 		{Kind: KindData, Sender: 1, Seq: 500, FEC: []Redundant{{Seq: 2}}},
 		{Kind: KindSession, Sender: 1, NextSeq: 3, OldestSeq: 4},
+		{Kind: KindSession, Sender: 1, NextSeq: 1, OldestSeq: 1, Tails: []Tail{{Source: 3, Next: 1}, {Source: 2, Next: 1}}}, // tails not ascending
+		{Kind: KindSession, Sender: 1, NextSeq: 1, OldestSeq: 1, Tails: []Tail{{Source: 1, Next: 1}}},                       // own tail
+		{Kind: KindSession, Sender: 1, NextSeq: 1, OldestSeq: 1, Tails: []Tail{{Source: 2, Next: 0}}},                       // next 0
 		{Kind: KindEstablish, Sender: 1, Member: 2, Members: []MemberID{2}},
 		{Kind: KindData, Sender: 1, Seq: 1, Payload: make([]byte, MaxPayload+1)},
 		{Kind: KindDeny, Sender: 1, Nonce: 1},
@@ -126,7 +130,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(p.Payload) > MaxPayload || len(p.FEC) > MaxFEC || len(p.Echoes) > MaxMembers || len(p.Members) > MaxMembers {
+		if len(p.Payload) > MaxPayload || len(p.FEC) > MaxFEC || len(p.Echoes) > MaxMembers || len(p.Tails) > MaxMembers || len(p.Members) > MaxMembers {
 			t.Fatalf("decoded out of bounds: %+v", p)
 		}
 		again, err := p.Encode(nil)
