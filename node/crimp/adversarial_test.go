@@ -344,3 +344,35 @@ func TestAdversarialAncientJoinRequest(t *testing.T) {
 			id, cfg.DropAfter, cfg.History, c.events[0])
 	}
 }
+
+// A member claims that an honest member's stream goes far beyond where it
+// is: in a request for one of its packets, and as a dropped member's tail
+// in a session. Neither may slide the honest member's window past the
+// packets it has still to send: every other member keeps delivering them.
+// (Data and repairs in another member's name are not authenticated by
+// CRIMP at all; see the package doc.)
+func TestAdversarialClaimBeyondTheStream(t *testing.T) {
+	c := joinedCluster(t, 3)
+	victim, hostile := 1, 3
+	c.sendEvery(victim, 20, 30*time.Millisecond, 0)
+	c.clock.RunFor(300 * time.Millisecond) // half of them sent
+	now := func() int64 { return c.clock.Now().UnixNano() }
+	for _, b := range [][]byte{
+		mustEncode(t, &Packet{Kind: KindRequest, Sender: c.id(hostile), Time: now(), Source: c.id(victim), Seq: 1 << 30}),
+		mustEncode(t, &Packet{Kind: KindSession, Sender: c.id(hostile), Time: now(), NextSeq: 1, OldestSeq: 1,
+			Tails: []Tail{{Source: c.id(victim), Next: 1 << 30}}}),
+	} {
+		if err := c.eps[hostile].Send(b); err != nil {
+			t.Fatal(err)
+		}
+		c.clock.RunFor(20 * time.Millisecond)
+	}
+	c.clock.RunFor(time.Second)
+	for _, i := range []int{0, 2} {
+		for seq := uint32(1); seq <= 20; seq++ {
+			if c.got[i][Key{c.id(victim), seq}] != 1 {
+				t.Fatalf("member %d did not deliver (%d, %d) after the claims", c.id(i), c.id(victim), seq)
+			}
+		}
+	}
+}

@@ -698,6 +698,15 @@ func (n *Node) tracked(id MemberID) *source {
 	return n.draining[id]
 }
 
+// withinWindow reports whether seq fits in s's window as it stands. What
+// another member says of s's stream (a request, a tail) may add suspects
+// inside the window but never slide it: sliding gives up the packets below,
+// and a claim far beyond the stream would make every member refuse s's
+// next packets as old.
+func (s *source) withinWindow(seq uint32, window int) bool {
+	return seq-s.floor < uint32(window)
+}
+
 func (s *source) isDraining() bool { return !s.drainUntil.IsZero() }
 
 // retire takes dropped member s out of the group but keeps its receive
@@ -971,7 +980,7 @@ func (n *Node) onRequest(from *source, p *Packet) {
 	}
 	// We miss it too: the request stands for ours.
 	s := n.tracked(p.Source)
-	if s == nil || !s.started || s.isResolved(p.Seq) {
+	if s == nil || !s.started || s.isResolved(p.Seq) || !s.withinWindow(p.Seq, n.cfg.MaxWindow) {
 		return
 	}
 	n.extend(s, p.Seq)
@@ -1078,7 +1087,7 @@ func (n *Node) onSession(s *source, p *Packet) {
 	// session of its own.
 	for _, t := range p.Tails {
 		d := n.tracked(t.Source)
-		if d == nil || !d.started {
+		if d == nil || !d.started || !d.withinWindow(t.Next-1, n.cfg.MaxWindow) {
 			continue
 		}
 		n.extend(d, t.Next-1)
