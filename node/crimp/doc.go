@@ -50,6 +50,16 @@
 // pause, not the members' silence. FetchState and ServeState carry the
 // game state over TCP.
 //
+// The authority multicasts each drop it decides four times, each copy a
+// fresh signed decision, spread over what is left of the dropped member's
+// history (History minus DropAfter: 62.5 ms apart with the defaults, at
+// most a SessionInterval), so that a member misses every copy with
+// probability p⁴ at independent loss p (1e-4 at 10 %); it repeats it again
+// to a dropped member that keeps talking. A copy of a drop a member has
+// taken already changes nothing (no second event; its drain and tombstone
+// keep their time). Only the authority (the duty holder, while leased)
+// repeats drops.
+//
 // A drop takes effect at once (EventMemberDropped; nothing the dropped
 // member sends is accepted any more: a tombstone, 4 histories long, and the
 // authority never hands its ID out again), but every member keeps the

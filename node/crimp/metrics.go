@@ -40,6 +40,7 @@ type Metrics struct {
 	BadPackets          atomic.Uint64 // undecodable or invalid packets
 	MembersJoined       atomic.Uint64 // members admitted (authority) or learned
 	MembersDropped      atomic.Uint64 // members dropped (declared by the authority)
+	DropsRepeated       atomic.Uint64 // authority: copies of its drops multicast after the first (for members that lost it)
 	Pauses              atomic.Uint64 // gaps between steps long enough to be this node's own pause, not counted as the members' silence
 	Withheld            atomic.Uint64 // duty mode: joins the holder left unanswered for want of a lease
 	HandOvers           atomic.Uint64 // duty mode: hand-overs this member sent
@@ -210,6 +211,7 @@ func (m *Metrics) counters() []namedCounter {
 		{"bad_packets", "Undecodable or invalid packets received.", &m.BadPackets},
 		{"members_joined", "Members admitted or learned.", &m.MembersJoined},
 		{"members_dropped", "Members dropped.", &m.MembersDropped},
+		{"drops_repeated", "Copies of the authority's drops multicast after the first.", &m.DropsRepeated},
 		{"pauses", "Gaps between steps taken as this node's own pause (not counted as the members' silence).", &m.Pauses},
 		{"joins_withheld", "Joins the duty holder left unanswered for want of a lease.", &m.Withheld},
 		{"handovers", "Hand-overs of the authority duty sent.", &m.HandOvers},
