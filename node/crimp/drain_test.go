@@ -339,12 +339,12 @@ func TestSessionHasRoomForDrains(t *testing.T) {
 // TestSenderDeathDoesNotSplitDelivery: on a LAN losing 10 % of packets,
 // member 3 sends 20 packets and dies right after the last one. Whichever of
 // its packets reached member 1 or 2 reaches both (within the history),
-// whether it was the last one or not, unless a member missed the drop
-// itself (then it does not drain; the seed is skipped). Deterministic for
-// each seed; across them, members must deliver some packets after the
-// drop.
+// whether it was the last one or not. Every member learns of the drop
+// (the authority repeats it: with a single copy, one member in ten missed
+// it and did not drain). Deterministic for each seed; across them, members
+// must deliver some packets after the drop.
 func TestSenderDeathDoesNotSplitDelivery(t *testing.T) {
-	var afterDrop, compared uint64
+	var afterDrop uint64
 	for seed := int64(1); seed <= 40; seed++ {
 		c := newStaticCluster(t, 3, seed, LinkParams{Delay: time.Millisecond, Jitter: time.Millisecond, Loss: 0.10}, func(cfg *Config) {
 			cfg.AuthorityPublicKey = testAuthorityPub
@@ -365,10 +365,9 @@ func TestSenderDeathDoesNotSplitDelivery(t *testing.T) {
 			return slices.ContainsFunc(c.events[i], func(e Event) bool { return e.Kind == EventMemberDropped && e.Member == 3 })
 		}
 		if !sawDrop(0) || !sawDrop(1) {
-			t.Logf("seed %d: member 2 missed the drop", seed)
+			t.Errorf("seed %d: member 2 missed the drop", seed)
 			continue
 		}
-		compared++
 		for _, age := range c.ages {
 			if age > c.history {
 				t.Fatalf("seed %d: delivered a packet %v old", seed, age)
@@ -385,8 +384,8 @@ func TestSenderDeathDoesNotSplitDelivery(t *testing.T) {
 		}
 		c.net.Close()
 	}
-	t.Logf("%d of 40 seeds compared; %d packets delivered after their sender's drop", compared, afterDrop)
-	if compared < 30 || afterDrop == 0 {
-		t.Fatalf("%d seeds compared, %d packets delivered after the drop: the test shows nothing", compared, afterDrop)
+	t.Logf("%d packets delivered after their sender's drop", afterDrop)
+	if afterDrop == 0 {
+		t.Fatal("no packet delivered after the drop: the test shows nothing")
 	}
 }
