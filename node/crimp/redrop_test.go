@@ -3,6 +3,7 @@ package crimp
 import (
 	"crypto/ed25519"
 	"errors"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -192,5 +193,97 @@ func TestRepeatedDropIsIdempotent(t *testing.T) {
 	}
 	if got := m.Members(); !slices.Equal(got, []MemberID{1, 4}) {
 		t.Errorf("member 2's members %v", got)
+	}
+}
+
+// tapDrops counts the drops of member id on c's network, and loses the
+// first on the way to the members at the indexes in lose (the tap runs
+// under the network's lock, before the packet is handed out: it cuts the
+// links for that packet alone).
+func tapDrops(c *cluster, id MemberID, lose ...int) *int {
+	sent := 0
+	var cut [][2]int
+	c.net.Tap(func(from netip.AddrPort, b []byte) {
+		for _, k := range cut {
+			delete(c.net.cut, k)
+		}
+		cut = nil
+		if p, err := Decode(b); err != nil || p.Kind != KindDrop || p.Member != id {
+			return
+		}
+		sent++
+		if sent > 1 {
+			return
+		}
+		for _, ep := range c.eps {
+			if ep.LocalAddr() != from {
+				continue
+			}
+			for _, i := range lose {
+				k := [2]int{ep.index, c.eps[i].index}
+				c.net.cut[k] = true
+				cut = append(cut, k)
+			}
+		}
+	})
+	return &sent
+}
+
+// TestDutyLostDropIsRepeated: in duty mode the holder repeats its drops
+// as the fixed authority does, so that a member that lost the first
+// learns of it from a copy within the history; a holder that hands the
+// duty over stops repeating (the hand-over carries the recent drops), and
+// the new holder does not repeat drops it did not decide.
+func TestDutyLostDropIsRepeated(t *testing.T) {
+	c := dutyCluster(t, 3)
+	sent := tapDrops(c, 4, 1)
+	c.members[3].Close()
+	live := []int{0, 1, 2}
+	if !c.runUntil(2*time.Second, func() bool { return c.droppedEvents(0, 3) == 1 }) {
+		t.Fatal("the holder never dropped member 4")
+	}
+	if c.droppedEvents(1, 3) != 0 {
+		t.Fatal("member 2 got the first drop: the test shows nothing")
+	}
+	dropAt := c.clock.Now()
+	if !c.runUntil(c.history, func() bool { return c.droppedEvents(1, 3) == 1 }) {
+		t.Fatalf("member 2 had not learned of the drop %v after it (%d drops sent)", c.history, *sent)
+	}
+	t.Logf("member 2 learned of the drop within %v", c.clock.Now().Sub(dropAt))
+	if st := c.stats(1); st.Draining != 1 {
+		t.Errorf("member 2 does not drain member 4: %+v", st)
+	}
+	c.clock.RunFor(c.history)
+	for _, i := range live {
+		if n := c.droppedEvents(i, 3); n != 1 {
+			t.Errorf("member %d reported the drop %d times", c.id(i), n)
+		}
+	}
+	if n := c.members[0].Metrics().DropsRepeated.Load(); n != dropRepeats || *sent != dropRepeats+1 {
+		t.Errorf("holder repeated the drop %d times, %d drops on the wire", n, *sent)
+	}
+
+	// The duty moves on right after a drop: its copies stop.
+	c = dutyCluster(t, 3)
+	sent = tapDrops(c, 4)
+	c.members[3].Close()
+	if !c.runUntil(2*time.Second, func() bool { return c.droppedEvents(0, 3) == 1 }) {
+		t.Fatal("the holder never dropped member 4")
+	}
+	c.handOver(0, 2)
+	c.clock.RunFor(c.history)
+	for _, i := range live {
+		if h, e := c.holder(i); h != 2 || e != 2 {
+			t.Errorf("member %d: holder %d epoch %d", c.id(i), h, e)
+		}
+		if n := c.droppedEvents(i, 3); n != 1 {
+			t.Errorf("member %d reported the drop %d times", c.id(i), n)
+		}
+		if n := c.members[i].Metrics().DropsRepeated.Load(); n != 0 {
+			t.Errorf("member %d repeated the drop %d times after the hand-over", c.id(i), n)
+		}
+	}
+	if *sent != 1 {
+		t.Errorf("%d drops on the wire", *sent)
 	}
 }
