@@ -1314,7 +1314,12 @@ func (n *Node) repeatDrops() {
 			n.emit(n.decision(&Packet{Kind: KindDrop, Member: id}))
 			n.metrics.DropsRepeated.Add(1)
 		}
-		c.next = n.now.Add(n.dropSpacing())
+		// On the schedule of the decision (copies go out once an interval,
+		// so spacing from each would add up the rounding), but never two
+		// at once after a pause.
+		if c.next = c.next.Add(n.dropSpacing()); !c.next.After(n.now) {
+			c.next = n.now.Add(n.dropSpacing())
+		}
 		if c.left--; c.left == 0 {
 			delete(n.dropCopies, id)
 		}
