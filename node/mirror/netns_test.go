@@ -224,18 +224,7 @@ func netnsCommandAgreement(t *testing.T, reports []netnsReport) {
 			}
 		}
 	}
-	var common []uint64
-	for tick := range reports[0].Checkpoints {
-		in := true
-		for _, r := range reports[1:] {
-			_, ok := r.Checkpoints[tick]
-			in = in && ok
-		}
-		if in {
-			common = append(common, tick)
-		}
-	}
-	slices.Sort(common)
+	common := commonCheckpoints(reports)
 	var differ []string
 	agree := 0
 	for _, tick := range common {
@@ -266,17 +255,7 @@ func netnsCommandAgreement(t *testing.T, reports []netnsReport) {
 		t.Logf("checkpoints differed where commands were late or lost (%s): %s; the mirrors saw it (%d mismatches) and resynced %d times",
 			strings.Join(evidence, ", "), strings.Join(differ, "; "), seen, resynced)
 	}
-	if len(common) < 3 {
-		t.Fatalf("only %d checkpoints made by all three mirrors", len(common))
-	}
-	for _, tick := range common[len(common)-3:] {
-		for _, r := range reports[1:] {
-			if r.Checkpoints[tick] != reports[0].Checkpoints[tick] {
-				t.Fatalf("with the bots standing still, tick %d: mirror %d has %s, mirror %d has %s", tick,
-					reports[0].ID, reports[0].Checkpoints[tick][:12], r.ID, r.Checkpoints[tick][:12])
-			}
-		}
-	}
+	lastCheckpointsAgree(t, reports, common)
 	if agree < 15 {
 		t.Fatalf("only %d checkpoints made by all three mirrors agree", agree)
 	}
@@ -332,6 +311,14 @@ func netnsEventAgreement(t *testing.T, reports []netnsReport) {
 	if compared+decisions < 10 {
 		t.Fatalf("only %d ticks of authoritative events and %d decisions compared", compared, decisions)
 	}
+	common := commonCheckpoints(reports)
+	lastCheckpointsAgree(t, reports, common)
+	t.Logf("the authority's events of %d ticks and %d decisions logged alike by all three mirrors over real UDP multicast; the last checkpoints agree", compared, decisions)
+}
+
+// commonCheckpoints returns the ticks of the checkpoints every mirror
+// made, ascending.
+func commonCheckpoints(reports []netnsReport) []uint64 {
 	var common []uint64
 	for tick := range reports[0].Checkpoints {
 		in := true
@@ -344,6 +331,13 @@ func netnsEventAgreement(t *testing.T, reports []netnsReport) {
 		}
 	}
 	slices.Sort(common)
+	return common
+}
+
+// lastCheckpointsAgree checks the last three common checkpoints, made with
+// the bots standing still: whatever differed has been repaired by then.
+func lastCheckpointsAgree(t *testing.T, reports []netnsReport, common []uint64) {
+	t.Helper()
 	if len(common) < 3 {
 		t.Fatalf("only %d checkpoints made by all three mirrors", len(common))
 	}
@@ -355,7 +349,6 @@ func netnsEventAgreement(t *testing.T, reports []netnsReport) {
 			}
 		}
 	}
-	t.Logf("the authority's events of %d ticks and %d decisions logged alike by all three mirrors over real UDP multicast; the last checkpoints agree", compared, decisions)
 }
 
 // barrier lets the member processes wait for each other.
