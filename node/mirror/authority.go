@@ -17,6 +17,14 @@ import (
 // data packets carry the sender's own claim of who sent them, so without a
 // signature any member could release another mirror's players, or make
 // every mirror resync to a state of its choosing.
+//
+// In rotate mode every mirror has a key of its own, which CRIMP bound to
+// its member ID, and signs its commands and moves with it as well
+// (outgoing): CRIMP does not authenticate a data packet's sender, so
+// otherwise any member (in LAN mode, any player) could send inputs in
+// another mirror's name, for that mirror's players. What a signature
+// means is the message inside: only the holder's releases, decisions,
+// consistent events and checkpoints count as the authority's.
 
 // authorityContext separates these signatures from any other use of the
 // key (CRIMP signs its packets' bytes, which start with a version byte).
@@ -48,6 +56,16 @@ func openAuthority(pub ed25519.PublicKey, s *mirrorpb.Signed) ([]byte, error) {
 		return nil, errBadAuthoritySignature
 	}
 	return s.Message, nil
+}
+
+// outgoing is a command or moves message as this mirror multicasts it:
+// signed with its own key in rotate mode, plain under a fixed authority
+// (whose mirrors are the operator's, with no keys of their own).
+func (s *Server) outgoing(m *mirrorpb.PeerMessage) []byte {
+	if s.cfg.Rotate {
+		return signedPeerMessage(s.signingKey(), m)
+	}
+	return encode(m)
 }
 
 // signedPeerMessage is m as the authority sends it: signed.

@@ -65,6 +65,12 @@
 // state then accepts releases from any mirror (AnyAuthority): each mirror
 // checks at ingress that the holder signed them, keeping one that arrives
 // before the move of the duty it follows for up to a history.
+// Every mirror also signs its own commands and moves with its key, and
+// the others take them only with a valid signature by the sender: CRIMP
+// does not authenticate a packet's sender, and in LAN mode every player
+// is a mirror, so without it any player could send inputs (or a leave)
+// for another's avatar. One that comes before this mirror knows the
+// sender's key waits for it, for up to a history.
 // Characters are saved from the last trailing state only: every SaveEvery
 // and when a player leaves (read at the tick before the leave, so the save
 // holds everything up to it). A leave's save also waits for the authority

@@ -145,7 +145,7 @@ func (s *Server) eventInput(sess *session, in *mirrorpb.Input, now time.Time) {
 	hist := append([]Command{move}, s.ev.moves[sess.player]...)
 	hist = hist[:min(len(hist), 1+max(s.cfg.MoveRedundancy, 0))]
 	s.ev.moves[sess.player] = hist
-	s.sendUnreliable(encode(movesMessage(sess.player, hist)))
+	s.sendUnreliable(s.outgoing(movesMessage(sess.player, hist)))
 	s.m.ev.movesSent.Add(1)
 	if !isAction(game.Command{Op: game.CommandInput, Input: g}) {
 		return

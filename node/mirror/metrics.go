@@ -35,6 +35,7 @@ const (
 	refusedNotAuthority       = "release_not_authority"
 	refusedAuthoritySignature = "authority_bad_signature" // a signed message whose signature does not verify with the authority's key
 	refusedAuthorityUnsigned  = "authority_unsigned"      // a release or authority checkpoint without its signature, or signed but sent by another mirror
+	refusedUnsigned           = "unsigned"                // rotate mode: a command or moves without its sender's signature
 	refusedBuffer             = "join_buffer_full"        // commands beyond the buffer kept while joining
 	refusedBeforeState        = "before_state"            // commands older than the state this mirror started from (recovered history)
 	refusedProtocol           = "wrong_protocol"          // a message the group's protocol does not carry, or not that way (moves only unreliably)

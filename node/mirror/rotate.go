@@ -87,10 +87,15 @@ func (s *Server) Duty() (self, holder crimp.MemberID, epoch uint64) {
 }
 
 // parkedDelivery is a signed release or checkpoint from a mirror not (yet)
-// known to hold the duty.
+// known to hold the duty, or a signed payload from a mirror whose key this
+// one does not know yet.
 type parkedDelivery struct {
 	d  crimp.Delivery
 	at time.Time
+	// forKey: parked until CRIMP tells this mirror its sender's key (a
+	// member that lost the establishment learns it from the holder's next
+	// refresh), not until its sender holds the duty.
+	forKey bool
 }
 
 // maxParked bounds the parked deliveries.
@@ -98,13 +103,13 @@ const maxParked = 32
 
 // park keeps d until the duty moves (lock held). What waits longer than
 // CRIMP's history, or does not fit, is refused as not the authority's.
-func (s *Server) park(d crimp.Delivery) {
+func (s *Server) park(d crimp.Delivery, forKey bool) {
 	s.expireParked()
 	if len(s.parked) >= maxParked {
 		s.m.refuse(refusedAuthorityUnsigned)
 		return
 	}
-	s.parked = append(s.parked, parkedDelivery{d: d, at: s.clock.Now()})
+	s.parked = append(s.parked, parkedDelivery{d: d, at: s.clock.Now(), forKey: forKey})
 }
 
 func (s *Server) expireParked() {
@@ -128,7 +133,7 @@ func (s *Server) unpark() {
 	s.parked = nil
 	holder := s.holderID()
 	for _, p := range ps {
-		if p.d.Source == holder {
+		if p.forKey && s.keyOf(p.d.Source) != nil || !p.forKey && p.d.Source == holder {
 			s.deliverPeer(p.d)
 		} else {
 			s.parked = append(s.parked, p)

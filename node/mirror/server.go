@@ -460,7 +460,7 @@ func (s *Server) onTimer() {
 		}
 		now := s.clock.Now()
 		if len(s.parked) > 0 {
-			s.expireParked()
+			s.unpark() // expired ones go; the ones whose key came are taken
 		}
 		if s.sync != nil {
 			s.flushHeld(now)
@@ -690,7 +690,7 @@ func (s *Server) issue(cmd Command, now time.Time) {
 	if cmd.Release != 0 {
 		s.send(signedPeerMessage(s.signingKey(), pm)) // only the authority releases
 	} else {
-		s.send(encode(pm))
+		s.send(s.outgoing(pm))
 	}
 	s.m.commandsSent.Add(1)
 }
@@ -731,7 +731,12 @@ func (s *Server) deliverPeer(d crimp.Delivery) {
 	if s.cfg.Rotate {
 		// The sender's own key: a signature binds a decision to the
 		// mirror that took it, holder now or (parked) soon.
-		key = s.keyOf(d.Source)
+		if key = s.keyOf(d.Source); key == nil {
+			// A member whose establishment we lost: the holder's next
+			// refresh tells its key.
+			s.park(d, true)
+			return
+		}
 	}
 	msg, err := decodePeerMessage(d.Payload, key)
 	if errors.Is(err, errBadAuthoritySignature) {
@@ -745,11 +750,19 @@ func (s *Server) deliverPeer(d crimp.Delivery) {
 		return
 	}
 	fromAuthority := d.Source == holder
-	if s.cfg.Rotate && msg.signed && !fromAuthority {
+	own := msg.moves != nil || msg.command != nil && msg.command.Release == 0
+	if s.cfg.Rotate && own && !msg.signed {
+		// Its sender's key, which CRIMP bound to its ID, signs what a
+		// mirror sends in rotate mode: unsigned, it may come from anyone.
+		s.m.refuse(refusedUnsigned)
+		s.log.Warn("a command or moves without its sender's signature", "from", d.Source)
+		return
+	}
+	if s.cfg.Rotate && msg.signed && !fromAuthority && !own {
 		// Signed by its sender, which we do not know to hold the duty
 		// yet: CRIMP is unordered, and the move of the duty may still
 		// be on its way. Check again when the duty moves.
-		s.park(d)
+		s.park(d, false)
 		return
 	}
 	if fromAuthority && msg.checkpoint != nil && msg.stateAddr != "" {

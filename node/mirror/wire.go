@@ -267,9 +267,10 @@ func decodePeerMessage(b []byte, pub ed25519.PublicKey) (peerMessage, error) {
 		return peerMessage{}, fmt.Errorf("decode signed payload: %w", err)
 	}
 	switch inner.Body.(type) {
-	case *mirrorpb.PeerMessage_Release, *mirrorpb.PeerMessage_Checkpoint, *mirrorpb.PeerMessage_Decisions, *mirrorpb.PeerMessage_Consistent:
+	case *mirrorpb.PeerMessage_Release, *mirrorpb.PeerMessage_Checkpoint, *mirrorpb.PeerMessage_Decisions, *mirrorpb.PeerMessage_Consistent,
+		*mirrorpb.PeerMessage_Command, *mirrorpb.PeerMessage_Moves: // the last two: a rotate-mode mirror's own
 	default:
-		return peerMessage{}, errors.New("the authority signs only releases, checkpoints, decisions and consistent events")
+		return peerMessage{}, errors.New("signed payloads are releases, checkpoints, decisions, consistent events, commands and moves")
 	}
 	msg, err := peerMessageFromProto(&inner)
 	msg.signed = err == nil
