@@ -117,7 +117,11 @@ func (s *Server) expireParked() {
 	kept := s.parked[:0]
 	for _, p := range s.parked {
 		if now.Sub(p.at) > s.cfg.CRIMP.History {
-			s.m.refuse(refusedAuthorityUnsigned)
+			if p.forKey {
+				s.m.refuse(refusedUnsigned) // no key ever came to check it with
+			} else {
+				s.m.refuse(refusedAuthorityUnsigned)
+			}
 			continue
 		}
 		kept = append(kept, p)
