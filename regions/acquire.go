@@ -76,12 +76,14 @@ func (s *Service) weigh(c Coord, h *holder) {
 // The decisions are the acquisition's (acquisition.go); drive carries
 // them out. stateless says this peer held no copy when it began.
 func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID, stateless bool, done chan struct{}) {
-	// The lookup counts against the acquisition's deadline.
+	// The lookup counts against the acquisition's deadline, but takes at
+	// most a request's time of it (lookupTimeout), so that the asks that
+	// follow have the rest.
 	begun := time.Now()
 	if stateless {
 		// Without a copy of the region this peer may be new and its view
 		// thin: look the key up so that a closer coordinator is found.
-		ctx, cancel := context.WithTimeout(s.ctx, s.acquireTimeout())
+		ctx, cancel := context.WithTimeout(s.ctx, s.lookupTimeout())
 		if _, _, err := s.Locate(ctx, c); err != nil {
 			s.log.Debug("lookup before acquiring failed", "region", c, "err", err)
 		}
@@ -97,6 +99,13 @@ func (s *Service) acquire(c Coord, sl *slot, nudger peer.ID, stateless bool, don
 // acquireTimeout is how long an acquisition or a comparison of copies
 // may wait for the network: a few round trips.
 func (s *Service) acquireTimeout() time.Duration { return 3 * s.cfg.RequestTimeout }
+
+// lookupTimeout bounds the lookup before a stateless acquisition: a third
+// of acquireTimeout. A DHT lookup on a busy network (a loaded machine
+// running many peers, all joining at once) can take all the time it is
+// given, and one given the acquisition's whole time left its asks none:
+// the deadline, already passed, cancelled them as they began.
+func (s *Service) lookupTimeout() time.Duration { return s.cfg.RequestTimeout }
 
 // askList is whom acquiring or comparing copies of region c asks what
 // they hold: the next closest peers, the nudger, and the coordinators
@@ -291,7 +300,17 @@ func (s *Service) carryOut(c Coord, sl *slot, d *driven, eff acqEffects) (acqInp
 		s.spawn(func() {
 			reply, err := s.call(ctx, p, c, &pb.Message{Body: &pb.Message_Info{Info: &pb.Info{}}})
 			if err != nil {
-				s.markDead(p)
+				// An ask the acquisition cancelled (its deadline passed,
+				// or the service closed) says nothing about p: only one
+				// that failed on its own (RequestTimeout, a refused
+				// dial, a reset) leaves p out of placement. Else the
+				// closest peers, the region's coordinator and replica,
+				// asked as the deadline passed would be taken for dead
+				// and the next acquisition, not asking them, would
+				// rebuild the region from the caches while they live.
+				if ctx.Err() == nil {
+					s.markDead(p)
+				}
 				feed(infoReplied(p, nil))
 				return
 			}
