@@ -187,6 +187,9 @@ func (s *social) followRegions() {
 	}
 	for _, rc := range join {
 		if err := s.joinTopic(rc); err != nil {
+			if s.life.ctx.Err() != nil {
+				return // shutting down: nothing to join
+			}
 			s.log.Warn("join chat topic", "region", rc, "err", err)
 		}
 	}
