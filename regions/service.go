@@ -524,15 +524,22 @@ func (s *Service) Locate(ctx context.Context, c Coord) (coordinator, replica pee
 	if err != nil {
 		return "", "", fmt.Errorf("locate region %s: %w", c, err)
 	}
+	// Dial the peers found all at once: one after another, each up to
+	// ProbeTimeout on a busy network, a lookup of eight took seconds.
+	var dials sync.WaitGroup
 	for _, p := range found {
-		if p != s.h.ID() && !s.tr.Connected(p) {
+		if p == s.h.ID() || s.tr.Connected(p) {
+			continue
+		}
+		dials.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
+			defer cancel()
 			if err := s.tr.Connect(cctx, p); err == nil {
 				s.heard(p)
 			}
-			cancel()
-		}
+		})
 	}
+	dials.Wait()
 	coordinator, replica = s.Coordinator(c)
 	return coordinator, replica, nil
 }
