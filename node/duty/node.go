@@ -19,6 +19,10 @@ const (
 	tagArbiter byte = 2
 )
 
+// AppPayload is an application payload as it travels in a CRIMP payload
+// of the group: behind its tag.
+func AppPayload(payload []byte) []byte { return append([]byte{tagApp}, payload...) }
+
 // MaxPayload is the largest application payload Send takes: CRIMP's, less
 // the tag.
 const MaxPayload = crimp.MaxPayload - 1
@@ -183,7 +187,7 @@ func (n *Node) Send(now time.Time, payload []byte) (Ready, error) {
 	if len(payload) > MaxPayload {
 		return Ready{}, fmt.Errorf("duty send: %d bytes over %d", len(payload), MaxPayload)
 	}
-	r, err := n.crimp.Send(now, append([]byte{tagApp}, payload...))
+	r, err := n.crimp.Send(now, AppPayload(payload))
 	if err != nil {
 		return Ready{}, err
 	}
@@ -196,7 +200,7 @@ func (n *Node) SendUnreliable(now time.Time, payload []byte) (Ready, error) {
 	if len(payload) > MaxPayload {
 		return Ready{}, fmt.Errorf("duty send unreliable: %d bytes over %d", len(payload), MaxPayload)
 	}
-	r, err := n.crimp.SendUnreliable(now, append([]byte{tagApp}, payload...))
+	r, err := n.crimp.SendUnreliable(now, AppPayload(payload))
 	if err != nil {
 		return Ready{}, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/overworld-p2p/overworld/game"
 	"github.com/overworld-p2p/overworld/game/tss"
 	"github.com/overworld-p2p/overworld/node/crimp"
+	"github.com/overworld-p2p/overworld/node/duty"
 )
 
 // rotateOpts is three mirrors in rotate mode on 5 ms links.
@@ -214,9 +215,9 @@ func TestRotateForgedSender(t *testing.T) {
 	now := c.clock.Now().UnixNano()
 	leave := Command{Command: game.Command{Stamp: now, Mirror: uint32(vid), Seq: 1 << 40, Op: game.CommandLeave, Player: game.PlayerID(victim.account)}}
 	// A sequence number the victim reaches only later, so that the forged
-	// packet is not a copy of one already delivered; the payload in
-	// node/duty's framing (a first byte of 1 marks the application's).
-	payload := append([]byte{1}, roguePayload(t, leave)...)
+	// packet is not a copy of one already delivered; the payload framed as
+	// node/duty frames the application's.
+	payload := duty.AppPayload(roguePayload(t, leave))
 	pkt, err := (&crimp.Packet{Kind: crimp.KindData, Sender: vid, Time: now, Seq: next.Load() + 40, Payload: payload}).Encode(nil)
 	if err != nil {
 		t.Fatal(err)

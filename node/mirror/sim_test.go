@@ -329,6 +329,15 @@ func TestClockSkew(t *testing.T) {
 	t.Logf("both ready again %v after the clock was set right", c.clock.Now().Sub(fixed))
 }
 
+// cutLinkOpts is two mirrors on 5 ms links whose last delay (300 ms) is
+// well inside CRIMP's history (1 s): a test that cuts the link for 600 ms
+// has each get the other's commands too late for its last state, though
+// CRIMP still recovers them.
+func cutLinkOpts(seed int64) clusterOpts {
+	return clusterOpts{mirrors: 2, link: crimp.LinkParams{Delay: 5 * time.Millisecond}, seed: seed,
+		delays: []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond}, history: time.Second}
+}
+
 // TestResyncAfterDivergence: the link between two mirrors fails for longer
 // than the last delay, so each gets the other's commands too late (CRIMP
 // still recovers them within its history): the last states differ, the
@@ -337,9 +346,9 @@ func TestClockSkew(t *testing.T) {
 // agree again.
 func TestResyncAfterDivergence(t *testing.T) {
 	dumps := []string{t.TempDir(), t.TempDir()}
-	c := newCluster(t, clusterOpts{mirrors: 2, link: crimp.LinkParams{Delay: 5 * time.Millisecond}, seed: 23,
-		delays: []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond}, history: time.Second,
-		tweak: func(i int, cfg *Config) { cfg.DataDir = dumps[i] }})
+	o := cutLinkOpts(23)
+	o.tweak = func(i int, cfg *Config) { cfg.DataDir = dumps[i] }
+	c := newCluster(t, o)
 	c.bot(0, c.player("left"), 1)
 	c.bot(1, c.player("right"), 2)
 	c.run(5 * time.Second)
@@ -497,8 +506,7 @@ func TestThirtyBotsThreeMirrors(t *testing.T) {
 // mirror 2 resyncs, and what is saved is the authority's departure, not
 // mirror 2's own reading.
 func TestLeaveSaveWaitsForTheAuthority(t *testing.T) {
-	c := newCluster(t, clusterOpts{mirrors: 2, link: crimp.LinkParams{Delay: 5 * time.Millisecond}, seed: 29,
-		delays: []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond}, history: time.Second})
+	c := newCluster(t, cutLinkOpts(29))
 	walker := c.player("walker")
 	lc := c.bot(1, walker, 3)
 	c.run(3 * time.Second)
@@ -558,8 +566,7 @@ func TestLeaveSaveWaitsForTheAuthority(t *testing.T) {
 // player back on mirror 2 with no session; mirror 2 then sends the leave
 // again, and the player is gone everywhere.
 func TestLeaveTooLateForTheAuthority(t *testing.T) {
-	c := newCluster(t, clusterOpts{mirrors: 2, link: crimp.LinkParams{Delay: 5 * time.Millisecond}, seed: 31,
-		delays: []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond}, history: time.Second})
+	c := newCluster(t, cutLinkOpts(31))
 	ghost := c.player("ghost")
 	lc := c.bot(1, ghost, 4)
 	c.run(2 * time.Second)
